@@ -1,0 +1,34 @@
+// The fixed chat template shared by the engine simulator (which tokenises the rendered text) and
+// the gateway's prefix index (which hashes it). A Llama-3 style template: every message is framed
+// by role headers, so a shared system prompt and a growing conversation render to texts that share
+// a byte prefix, exactly as real engines see shared token prefixes.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;  // text parts joined in order; non-text parts contribute their JSON
+};
+
+// Renders messages in order, then the assistant header that the model continues from.
+inline std::string render_chat(const std::vector<ChatMessage>& messages) {
+  std::string out = "<|begin_of_text|>";
+  size_t n = out.size();
+  for (const auto& m : messages) n += m.role.size() + m.content.size() + 40;
+  out.reserve(n + 48);
+  for (const auto& m : messages) {
+    out += "<|start_header_id|>";
+    out += m.role;
+    out += "<|end_header_id|>\n\n";
+    out += m.content;
+    out += "<|eot_id|>";
+  }
+  out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+}  // namespace sluice
