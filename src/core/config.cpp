@@ -1,0 +1,303 @@
+// YAML -> Config. Strict: unknown keys are errors (a typo must not silently fall back to a
+// default), every value is range-checked, and every message names the field's path.
+#include "core/config.h"
+
+#include "core/picker/policy_factory.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace sluice {
+
+std::string_view to_string(EngineKind k) {
+  switch (k) {
+    case EngineKind::vllm: return "vllm";
+    case EngineKind::sglang: return "sglang";
+    case EngineKind::trtllm: return "trtllm";
+  }
+  return "vllm";
+}
+
+const PoolConfig* Config::find_pool(std::string_view name) const {
+  for (const auto& p : pools)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ModelRoute* Config::find_model(std::string_view name) const {
+  for (const auto& m : models)
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& msg) {
+  throw ConfigError(path + ": " + msg);
+}
+
+void check_keys(const YAML::Node& node, const std::string& path, std::initializer_list<const char*> allowed) {
+  if (!node.IsMap()) fail(path, "expected a mapping");
+  std::set<std::string> ok(allowed.begin(), allowed.end());
+  for (const auto& kv : node) {
+    auto key = kv.first.as<std::string>();
+    if (!ok.count(key)) {
+      std::string list;
+      for (const auto& a : ok) list += (list.empty() ? "" : ", ") + a;
+      fail(path.empty() ? key : path + "." + key, "unknown key (allowed: " + list + ")");
+    }
+  }
+}
+
+template <typename T>
+T get(const YAML::Node& node, const std::string& path, const char* what) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(path, std::string("expected ") + what);
+  }
+}
+
+int64_t get_int(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
+  auto v = get<int64_t>(n, path, "an integer");
+  if (v < lo || v > hi) fail(path, fmt::format("must be between {} and {}, got {}", lo, hi, v));
+  return v;
+}
+
+Duration get_ms(const YAML::Node& n, const std::string& path, int64_t lo = 1, int64_t hi = 86'400'000) {
+  return std::chrono::milliseconds(get_int(n, path, lo, hi));
+}
+
+Address parse_address(const YAML::Node& n, const std::string& path) {
+  auto s = get<std::string>(n, path, "host:port");
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) fail(path, "expected host:port, got '" + s + "'");
+  Address a;
+  a.host = s.substr(0, colon);
+  int port = 0;
+  try {
+    size_t used = 0;
+    port = std::stoi(s.substr(colon + 1), &used);
+    if (used != s.size() - colon - 1) throw std::invalid_argument("port");
+  } catch (const std::exception&) {
+    fail(path, "expected host:port with a numeric port, got '" + s + "'");
+  }
+  if (port < 0 || port > 65535) fail(path, fmt::format("port must be 0..65535, got {}", port));
+  a.port = static_cast<uint16_t>(port);
+  return a;
+}
+
+EngineKind parse_engine(const YAML::Node& n, const std::string& path) {
+  auto s = get<std::string>(n, path, "an engine name");
+  if (s == "vllm") return EngineKind::vllm;
+  if (s == "sglang") return EngineKind::sglang;
+  if (s == "trtllm") return EngineKind::trtllm;
+  fail(path, "unknown engine '" + s + "' (expected vllm, sglang or trtllm)");
+}
+
+EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, EngineKind pool_engine) {
+  EndpointConfig e;
+  e.engine = pool_engine;
+  if (n.IsScalar()) {
+    e.address = parse_address(n, path);
+  } else {
+    check_keys(n, path, {"address", "name", "engine", "metrics_path", "duty_cycle_url"});
+    if (!n["address"]) fail(path + ".address", "is required");
+    e.address = parse_address(n["address"], path + ".address");
+    if (n["name"]) e.name = get<std::string>(n["name"], path + ".name", "a string");
+    if (n["engine"]) e.engine = parse_engine(n["engine"], path + ".engine");
+    if (n["metrics_path"]) e.metrics_path = get<std::string>(n["metrics_path"], path + ".metrics_path", "a path");
+    if (n["duty_cycle_url"]) e.duty_cycle_url = get<std::string>(n["duty_cycle_url"], path + ".duty_cycle_url", "a URL");
+  }
+  if (e.name.empty()) e.name = e.address.str();
+  if (e.address.port == 0) fail(path, "endpoint port must not be 0");
+  return e;
+}
+
+PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
+  check_keys(n, path, {"name", "kind", "policy", "policy_params", "engine", "endpoints", "upstream", "scrape",
+                       "max_in_flight_per_endpoint"});
+  PoolConfig p;
+  if (!n["name"]) fail(path + ".name", "is required");
+  p.name = get<std::string>(n["name"], path + ".name", "a string");
+  if (n["kind"]) {
+    auto k = get<std::string>(n["kind"], path + ".kind", "chat or embedding");
+    if (k == "chat") p.kind = PoolKind::chat;
+    else if (k == "embedding" || k == "embeddings") p.kind = PoolKind::embedding;
+    else fail(path + ".kind", "expected chat or embedding, got '" + k + "'");
+  }
+  if (n["policy"]) p.policy = get<std::string>(n["policy"], path + ".policy", "a policy name");
+  {
+    auto names = policy_names();
+    if (std::find(names.begin(), names.end(), p.policy) == names.end()) {
+      std::string known;
+      for (const auto& k : names) known += (known.empty() ? "" : ", ") + k;
+      fail(path + ".policy", "unknown policy '" + p.policy + "' (known: " + known + ")");
+    }
+  }
+  if (n["policy_params"]) {
+    const auto& pp = n["policy_params"];
+    if (!pp.IsMap()) fail(path + ".policy_params", "expected a mapping of name: number");
+    for (const auto& kv : pp) {
+      auto key = kv.first.as<std::string>();
+      p.policy_params[key] = get<double>(kv.second, path + ".policy_params." + key, "a number");
+    }
+  }
+  if (n["engine"]) p.engine = parse_engine(n["engine"], path + ".engine");
+  if (!n["endpoints"] || !n["endpoints"].IsSequence() || n["endpoints"].size() == 0)
+    fail(path + ".endpoints", "is required and must list at least one endpoint");
+  std::set<std::string> seen;
+  for (size_t i = 0; i < n["endpoints"].size(); ++i) {
+    auto ep = parse_endpoint(n["endpoints"][i], fmt::format("{}.endpoints[{}]", path, i), p.engine);
+    if (!seen.insert(ep.address.str()).second)
+      fail(fmt::format("{}.endpoints[{}]", path, i), "duplicate endpoint " + ep.address.str());
+    p.endpoints.push_back(std::move(ep));
+  }
+  if (const auto& u = n["upstream"]) {
+    const auto up = path + ".upstream";
+    check_keys(u, up, {"max_connections_per_endpoint", "max_idle_per_endpoint", "idle_timeout_ms"});
+    if (u["max_connections_per_endpoint"])
+      p.upstream.max_connections_per_endpoint = get_int(u["max_connections_per_endpoint"], up + ".max_connections_per_endpoint", 1, 100000);
+    if (u["max_idle_per_endpoint"])
+      p.upstream.max_idle_per_endpoint = get_int(u["max_idle_per_endpoint"], up + ".max_idle_per_endpoint", 0, 100000);
+    if (u["idle_timeout_ms"]) p.upstream.idle_timeout = get_ms(u["idle_timeout_ms"], up + ".idle_timeout_ms");
+  }
+  if (const auto& s = n["scrape"]) {
+    const auto sp = path + ".scrape";
+    check_keys(s, sp, {"interval_ms", "timeout_ms", "stale_after_ms"});
+    if (s["interval_ms"]) p.scrape.interval = get_ms(s["interval_ms"], sp + ".interval_ms", 5, 600000);
+    if (s["timeout_ms"]) p.scrape.timeout = get_ms(s["timeout_ms"], sp + ".timeout_ms");
+    if (s["stale_after_ms"]) p.scrape.stale_after = get_ms(s["stale_after_ms"], sp + ".stale_after_ms");
+  }
+  if (n["max_in_flight_per_endpoint"])
+    p.max_in_flight_per_endpoint = get_int(n["max_in_flight_per_endpoint"], path + ".max_in_flight_per_endpoint", 1, 1000000);
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<const Config> parse_config(const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("YAML syntax error at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (!root || root.IsNull()) throw ConfigError("config is empty");
+  check_keys(root, "", {"listen", "admin", "workers", "limits", "timeouts", "drain_timeout_ms",
+                        "expose_routing_headers", "pools", "models"});
+  auto cfg = std::make_shared<Config>();
+  if (root["listen"]) cfg->listen = parse_address(root["listen"], "listen");
+  if (root["admin"]) cfg->admin = parse_address(root["admin"], "admin");
+  if (root["workers"]) cfg->workers = static_cast<int>(get_int(root["workers"], "workers", 1, 256));
+  if (const auto& l = root["limits"]) {
+    check_keys(l, "limits", {"max_body_bytes", "max_header_bytes", "header_timeout_ms", "idle_timeout_ms", "max_connections"});
+    if (l["max_body_bytes"]) cfg->limits.max_body_bytes = get_int(l["max_body_bytes"], "limits.max_body_bytes", 1024, 1LL << 32);
+    if (l["max_header_bytes"]) cfg->limits.max_header_bytes = get_int(l["max_header_bytes"], "limits.max_header_bytes", 512, 1 << 20);
+    if (l["header_timeout_ms"]) cfg->limits.header_timeout = get_ms(l["header_timeout_ms"], "limits.header_timeout_ms");
+    if (l["idle_timeout_ms"]) cfg->limits.idle_timeout = get_ms(l["idle_timeout_ms"], "limits.idle_timeout_ms");
+    if (l["max_connections"]) cfg->limits.max_connections = get_int(l["max_connections"], "limits.max_connections", 1, 1000000);
+  }
+  if (const auto& t = root["timeouts"]) {
+    check_keys(t, "timeouts", {"connect_ms", "first_byte_ms", "idle_ms", "total_ms"});
+    if (t["connect_ms"]) cfg->timeouts.connect = get_ms(t["connect_ms"], "timeouts.connect_ms");
+    if (t["first_byte_ms"]) cfg->timeouts.first_byte = get_ms(t["first_byte_ms"], "timeouts.first_byte_ms");
+    if (t["idle_ms"]) cfg->timeouts.idle_gap = get_ms(t["idle_ms"], "timeouts.idle_ms");
+    if (t["total_ms"]) cfg->timeouts.total = get_ms(t["total_ms"], "timeouts.total_ms");
+  }
+  if (root["drain_timeout_ms"]) cfg->drain_timeout = get_ms(root["drain_timeout_ms"], "drain_timeout_ms", 0);
+  if (root["expose_routing_headers"])
+    cfg->expose_routing_headers = get<bool>(root["expose_routing_headers"], "expose_routing_headers", "true or false");
+
+  if (!root["pools"] || !root["pools"].IsSequence() || root["pools"].size() == 0)
+    fail("pools", "is required and must list at least one pool");
+  for (size_t i = 0; i < root["pools"].size(); ++i) {
+    auto p = parse_pool(root["pools"][i], fmt::format("pools[{}]", i));
+    if (cfg->find_pool(p.name)) fail(fmt::format("pools[{}].name", i), "duplicate pool name '" + p.name + "'");
+    cfg->pools.push_back(std::move(p));
+  }
+
+  if (!root["models"] || !root["models"].IsSequence() || root["models"].size() == 0)
+    fail("models", "is required and must list at least one model");
+  const auto& models = root["models"];
+  for (size_t i = 0; i < models.size(); ++i) {
+    const auto path = fmt::format("models[{}]", i);
+    check_keys(models[i], path, {"name", "pool", "alias_of", "adapter_of"});
+    ModelRoute m;
+    if (!models[i]["name"]) fail(path + ".name", "is required");
+    m.name = get<std::string>(models[i]["name"], path + ".name", "a string");
+    if (m.name.empty()) fail(path + ".name", "must not be empty");
+    if (cfg->find_model(m.name)) fail(path + ".name", "duplicate model name '" + m.name + "'");
+    if (models[i]["alias_of"]) m.target = get<std::string>(models[i]["alias_of"], path + ".alias_of", "a model name");
+    if (models[i]["adapter_of"]) m.adapter_of = get<std::string>(models[i]["adapter_of"], path + ".adapter_of", "a model name");
+    if (models[i]["pool"]) m.pool = get<std::string>(models[i]["pool"], path + ".pool", "a pool name");
+    if (!m.target.empty() && !m.adapter_of.empty()) fail(path, "a model is either an alias or an adapter, not both");
+    if (m.target.empty()) m.target = m.name;
+    cfg->models.push_back(std::move(m));
+  }
+  // Second pass: aliases and adapters inherit the pool of what they point at.
+  for (size_t i = 0; i < cfg->models.size(); ++i) {
+    auto& m = cfg->models[i];
+    const auto path = fmt::format("models[{}]", i);
+    std::string parent = m.is_alias() ? m.target : m.adapter_of;
+    if (!parent.empty()) {
+      const ModelRoute* base = cfg->find_model(parent);
+      if (!base) fail(path, "points at '" + parent + "', which is not a configured model");
+      if (base->is_alias()) fail(path, "points at '" + parent + "', which is itself an alias; point at the target");
+      if (m.pool.empty()) m.pool = base->pool;
+    }
+    if (m.pool.empty()) fail(path + ".pool", "is required");
+    if (!cfg->find_pool(m.pool)) fail(path + ".pool", "unknown pool '" + m.pool + "'");
+  }
+  return cfg;
+}
+
+std::shared_ptr<const Config> load_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return parse_config(ss.str());
+  } catch (const ConfigError& e) {
+    throw ConfigError(path + ": " + e.what());
+  }
+}
+
+std::string default_config_yaml(const std::vector<uint16_t>& chat_ports, uint16_t embed_port, uint16_t listen_port,
+                                uint16_t admin_port) {
+  std::string eps;
+  for (auto p : chat_ports) eps += fmt::format("      - 127.0.0.1:{}\n", p);
+  return fmt::format(R"(listen: 127.0.0.1:{}
+admin: 127.0.0.1:{}
+workers: 2
+expose_routing_headers: true
+pools:
+  - name: chat-8b
+    kind: chat
+    policy: sluice
+    endpoints:
+{}  - name: embeddings
+    kind: embedding
+    policy: least_request
+    endpoints:
+      - 127.0.0.1:{}
+models:
+  - name: meta-llama/Llama-3.1-8B-Instruct
+    pool: chat-8b
+  - name: llama-3-8b
+    alias_of: meta-llama/Llama-3.1-8B-Instruct
+  - name: sql-lora
+    adapter_of: meta-llama/Llama-3.1-8B-Instruct
+  - name: BAAI/bge-small-en-v1.5
+    pool: embeddings
+)",
+                     listen_port, admin_port, eps, embed_port);
+}
+
+}  // namespace sluice

@@ -1,0 +1,113 @@
+// sluice's configuration: YAML parsed and validated once into an immutable snapshot. Every error
+// names the field it is about (e.g. `pools[1].endpoints[0]: expected host:port`). A reload builds
+// a whole new snapshot and swaps it atomically; nothing mutates a Config after load.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/time.h"
+
+namespace sluice {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class EngineKind { vllm, sglang, trtllm };
+std::string_view to_string(EngineKind k);
+
+enum class PoolKind { chat, embedding };
+
+struct Address {
+  std::string host;
+  uint16_t port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+struct EndpointConfig {
+  std::string name;         // defaults to host:port
+  Address address;
+  EngineKind engine = EngineKind::vllm;
+  std::string metrics_path = "/metrics";
+  std::string duty_cycle_url;  // optional DCGM exporter URL; empty: read the engine's own gauge
+};
+
+struct UpstreamLimits {
+  int max_connections_per_endpoint = 512;  // open connections, busy + idle
+  int max_idle_per_endpoint = 64;          // idle keep-alive connections kept for reuse
+  Duration idle_timeout = std::chrono::seconds(30);
+};
+
+struct ScrapeConfig {
+  Duration interval = std::chrono::milliseconds(50);
+  Duration timeout = std::chrono::milliseconds(500);
+  Duration stale_after = std::chrono::milliseconds(500);  // older metrics are not trusted
+};
+
+struct PoolConfig {
+  std::string name;
+  PoolKind kind = PoolKind::chat;
+  std::string policy = "sluice";           // see core/picker/policy_factory.h
+  std::map<std::string, double> policy_params;  // weights and thresholds by name
+  EngineKind engine = EngineKind::vllm;
+  std::vector<EndpointConfig> endpoints;
+  UpstreamLimits upstream;
+  ScrapeConfig scrape;
+  int max_in_flight_per_endpoint = 256;    // hard cap: beyond it requests wait in the gateway
+};
+
+// A client-facing model name. `target` is what is forwarded upstream (an alias pins a version by
+// naming a different target); `adapter_of` marks a LoRA adapter whose parent is that base model.
+struct ModelRoute {
+  std::string name;
+  std::string pool;
+  std::string target;
+  std::string adapter_of;
+  bool is_alias() const { return name != target; }
+};
+
+struct ServerLimits {
+  size_t max_body_bytes = 8u << 20;
+  size_t max_header_bytes = 16u << 10;
+  Duration header_timeout = std::chrono::seconds(10);   // slow clients get 408
+  Duration idle_timeout = std::chrono::seconds(60);     // keep-alive between requests
+  int max_connections = 10000;
+};
+
+struct Timeouts {
+  Duration connect = std::chrono::seconds(2);
+  Duration first_byte = std::chrono::seconds(120);
+  Duration idle_gap = std::chrono::seconds(60);    // between stream chunks
+  Duration total = std::chrono::minutes(30);
+};
+
+struct Config {
+  Address listen{"127.0.0.1", 8080};
+  Address admin{"127.0.0.1", 9090};
+  int workers = 2;
+  ServerLimits limits;
+  Timeouts timeouts;
+  Duration drain_timeout = std::chrono::seconds(30);
+  bool expose_routing_headers = false;  // x-sluice-endpoint, x-sluice-predicted-cached-tokens
+  std::vector<PoolConfig> pools;
+  std::vector<ModelRoute> models;
+
+  const PoolConfig* find_pool(std::string_view name) const;
+  const ModelRoute* find_model(std::string_view name) const;
+};
+
+// Parses and validates; throws ConfigError naming the field on any problem.
+std::shared_ptr<const Config> parse_config(const std::string& yaml_text);
+std::shared_ptr<const Config> load_config_file(const std::string& path);
+
+// The embedded default: one chat pool of simulated replicas on the given loopback ports, with an
+// alias and an adapter, plus an embeddings pool (used by `sluice serve` with no config).
+std::string default_config_yaml(const std::vector<uint16_t>& chat_ports, uint16_t embed_port,
+                                uint16_t listen_port, uint16_t admin_port);
+
+}  // namespace sluice

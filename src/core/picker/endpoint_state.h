@@ -1,0 +1,47 @@
+// What the picker knows about one endpoint: the engine's own signals (scraped from /metrics and
+// mapped from vLLM / SGLang / TRT-LLM names) and the gateway's own accounting, updated at dispatch
+// and completion. Scraped values are only trusted while fresh; see PoolRouter::rank.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/time.h"
+
+namespace sluice {
+
+struct EngineSignals {
+  bool present = false;        // at least one successful scrape
+  Time scraped_at{};           // when the last successful scrape finished
+  double waiting = 0;          // requests queued inside the engine
+  double running = 0;          // requests in the engine's batch
+  double kv_usage = 0;         // fraction 0..1
+  int block_size = 16;         // tokens per KV block (cache_config_info)
+  int64_t kv_capacity_blocks = 0;  // 0 = unknown
+  std::vector<std::string> lora_running, lora_waiting;
+  int max_lora = 0;            // 0 = LoRA not enabled / unknown
+  double prefix_queries = 0;   // cumulative, in tokens
+  double prefix_hits = 0;      // cumulative, in tokens
+  double duty_cycle = -1;      // fraction of time busy, -1 = unknown
+};
+
+struct EndpointLoad {
+  int64_t in_flight = 0;            // requests dispatched and not yet finished
+  int64_t prefill_tokens = 0;       // uncached input tokens of requests not yet past first token
+  int64_t decode_tokens = 0;        // remaining output bound of requests past first token
+  int64_t assigned_since_scrape = 0;  // dispatches since the last successful scrape
+  int64_t picks_total = 0;
+  int64_t scrape_errors_total = 0;
+};
+
+// Read-only view handed to policies.
+struct EndpointView {
+  size_t index = 0;
+  std::string_view name;
+  bool stale = true;   // signals missing or older than the pool's stale_after
+  const EngineSignals* signals = nullptr;
+  const EndpointLoad* load = nullptr;
+};
+
+}  // namespace sluice

@@ -1,0 +1,48 @@
+// The picker interface. A policy ranks the eligible endpoints of a pool for one request, best
+// first, so a retry can take the next one. Policies keep their own learned state (prefix index,
+// round-robin cursor) and are told about dispatches; they never see sockets or clocks.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/picker/endpoint_state.h"
+#include "core/request.h"
+#include "core/time.h"
+
+namespace sluice {
+
+struct PickRequest {
+  ApiKind kind = ApiKind::chat;
+  std::string_view model;        // the target model forwarded upstream
+  std::string_view adapter;      // LoRA adapter name, empty for the base model
+  std::string_view text;         // rendered prompt (chat template applied) for prefix hashing
+  std::string_view cache_salt;
+  int64_t input_tokens = 0;      // estimated
+  int64_t max_output_tokens = 0; // output bound used for accounting
+};
+
+struct Candidate {
+  size_t endpoint = 0;
+  double score = 0;                    // higher is better; meaning is the policy's own
+  int64_t predicted_cached_tokens = 0;
+  bool saturated = false;              // beyond queue / KV limits: only a last resort
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+  // Fills `out` with every endpoint in `endpoints`, ranked best first.
+  virtual void rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
+                    std::vector<Candidate>& out) = 0;
+  // The request was dispatched to `endpoint` (an index into the pool's endpoints).
+  virtual void on_dispatch(const PickRequest& req, size_t endpoint, Time now) {}
+  // The pool's endpoint list was replaced (reload): learned state for the old indices is void.
+  virtual void on_endpoints_reset(size_t count) {}
+};
+
+}  // namespace sluice

@@ -1,0 +1,145 @@
+#include "core/picker/pool_router.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace sluice {
+
+DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
+  if (this != &o) {
+    release();
+    router_ = std::exchange(o.router_, nullptr);
+    endpoint_ = o.endpoint_;
+    prefill_ = o.prefill_;
+    decode_ = o.decode_;
+    decoding_ = o.decoding_;
+  }
+  return *this;
+}
+
+void DispatchGuard::on_first_token() {
+  if (!router_ || decoding_) return;
+  decoding_ = true;
+  router_->move_to_decode(endpoint_, prefill_, 0);
+  prefill_ = 0;
+}
+
+void DispatchGuard::on_tokens(int64_t n) {
+  if (!router_ || n <= 0) return;
+  if (!decoding_) on_first_token();
+  n = std::min(n, decode_);
+  if (n <= 0) return;
+  decode_ -= n;
+  router_->consume_decode(endpoint_, n);
+}
+
+void DispatchGuard::release() {
+  if (!router_) return;
+  router_->release(endpoint_, prefill_, decode_);
+  router_ = nullptr;
+}
+
+PoolRouter::PoolRouter(const PoolConfig& config, std::unique_ptr<Policy> policy)
+    : config_(config), policy_(std::move(policy)) {
+  endpoints_.reserve(config_.endpoints.size());
+  for (const auto& e : config_.endpoints) endpoints_.push_back(Endpoint{e, {}, {}, true});
+  policy_->on_endpoints_reset(endpoints_.size());
+}
+
+bool PoolRouter::is_stale(const Endpoint& ep, Time now) const {
+  return !ep.signals.present || now - ep.signals.scraped_at > config_.scrape.stale_after;
+}
+
+std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
+  std::vector<Candidate> out;
+  std::lock_guard lock(mu_);
+  views_.clear();
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    const auto& ep = endpoints_[i];
+    if (!ep.healthy) continue;
+    views_.push_back(EndpointView{i, ep.config.name, is_stale(ep, now), &ep.signals, &ep.load});
+  }
+  if (views_.empty()) return out;
+  policy_->rank(req, views_, now, out);
+  // The hard in-flight cap is the gateway's own: an endpoint at it is saturated whatever it scores.
+  for (auto& c : out)
+    if (endpoints_[c.endpoint].load.in_flight >= config_.max_in_flight_per_endpoint) c.saturated = true;
+  std::stable_partition(out.begin(), out.end(), [](const Candidate& c) { return !c.saturated; });
+  return out;
+}
+
+DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chosen, Time now) {
+  DispatchGuard g;
+  std::lock_guard lock(mu_);
+  auto& load = endpoints_.at(chosen.endpoint).load;
+  g.router_ = this;
+  g.endpoint_ = chosen.endpoint;
+  g.prefill_ = std::max<int64_t>(0, req.input_tokens - chosen.predicted_cached_tokens);
+  g.decode_ = std::max<int64_t>(0, req.max_output_tokens);
+  load.in_flight += 1;
+  load.prefill_tokens += g.prefill_;
+  load.decode_tokens += g.decode_;
+  load.assigned_since_scrape += 1;
+  load.picks_total += 1;
+  policy_->on_dispatch(req, chosen.endpoint, now);
+  return g;
+}
+
+void PoolRouter::release(size_t endpoint, int64_t prefill, int64_t decode) {
+  std::lock_guard lock(mu_);
+  auto& load = endpoints_[endpoint].load;
+  load.in_flight -= 1;
+  load.prefill_tokens -= prefill;
+  load.decode_tokens -= decode;
+}
+
+void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, int64_t) {
+  std::lock_guard lock(mu_);
+  endpoints_[endpoint].load.prefill_tokens -= prefill;
+}
+
+void PoolRouter::consume_decode(size_t endpoint, int64_t n) {
+  std::lock_guard lock(mu_);
+  endpoints_[endpoint].load.decode_tokens -= n;
+}
+
+void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
+  std::lock_guard lock(mu_);
+  auto& ep = endpoints_.at(endpoint);
+  signals.present = true;
+  ep.signals = std::move(signals);
+  ep.load.assigned_since_scrape = 0;
+}
+
+void PoolRouter::record_scrape_error(size_t endpoint) {
+  std::lock_guard lock(mu_);
+  endpoints_.at(endpoint).load.scrape_errors_total += 1;
+}
+
+void PoolRouter::set_healthy(size_t endpoint, bool healthy) {
+  std::lock_guard lock(mu_);
+  endpoints_.at(endpoint).healthy = healthy;
+}
+
+bool PoolRouter::healthy(size_t endpoint) const {
+  std::lock_guard lock(mu_);
+  return endpoints_.at(endpoint).healthy;
+}
+
+bool PoolRouter::at_capacity() const {
+  std::lock_guard lock(mu_);
+  for (const auto& ep : endpoints_)
+    if (ep.healthy && ep.load.in_flight < config_.max_in_flight_per_endpoint) return false;
+  return true;
+}
+
+std::vector<EndpointSnapshot> PoolRouter::snapshot(Time now) const {
+  std::lock_guard lock(mu_);
+  std::vector<EndpointSnapshot> out;
+  out.reserve(endpoints_.size());
+  for (const auto& ep : endpoints_)
+    out.push_back({ep.config.name, ep.config.address.str(), is_stale(ep, now), ep.healthy, ep.signals, ep.load});
+  return out;
+}
+
+}  // namespace sluice

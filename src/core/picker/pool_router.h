@@ -1,0 +1,100 @@
+// PoolRouter: the runtime state of one pool shared by every driver (live gateway, fleet
+// simulator): its endpoints' signals and the gateway's own accounting, the pool's policy, and the
+// dispatch guard that keeps the accounting exact. One mutex guards the pool: ranking and the
+// policy's learned state (a prefix index) must see every dispatch, and a per-thread copy would
+// fragment the index the way independent gateway replicas do (see routing-anchors.md).
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/picker/policy.h"
+
+namespace sluice {
+
+class PoolRouter;
+
+// Holds one request's share of an endpoint's accounting; releasing it (destructor) removes the
+// request's in-flight count and tokens whatever way the request ended.
+class DispatchGuard {
+ public:
+  DispatchGuard() = default;
+  DispatchGuard(DispatchGuard&& o) noexcept { *this = std::move(o); }
+  DispatchGuard& operator=(DispatchGuard&& o) noexcept;
+  DispatchGuard(const DispatchGuard&) = delete;
+  DispatchGuard& operator=(const DispatchGuard&) = delete;
+  ~DispatchGuard() { release(); }
+
+  explicit operator bool() const { return router_ != nullptr; }
+  size_t endpoint() const { return endpoint_; }
+  // First output token arrived: the request's prefill is done, its decode begins.
+  void on_first_token();
+  // n output tokens arrived: the remaining decode bound shrinks.
+  void on_tokens(int64_t n);
+  void release();
+
+ private:
+  friend class PoolRouter;
+  PoolRouter* router_ = nullptr;
+  size_t endpoint_ = 0;
+  int64_t prefill_ = 0;
+  int64_t decode_ = 0;
+  bool decoding_ = false;
+};
+
+struct EndpointSnapshot {
+  std::string name;
+  std::string address;
+  bool stale = true;
+  bool healthy = true;
+  EngineSignals signals;
+  EndpointLoad load;
+};
+
+class PoolRouter {
+ public:
+  PoolRouter(const PoolConfig& config, std::unique_ptr<Policy> policy);
+
+  const PoolConfig& config() const { return config_; }
+  std::string_view policy_name() const { return policy_->name(); }
+  size_t size() const { return endpoints_.size(); }
+
+  // Ranks the healthy endpoints for `req`, best first. Saturated candidates are moved after
+  // unsaturated ones whatever their score. Empty when no endpoint is healthy.
+  std::vector<Candidate> rank(const PickRequest& req, Time now);
+  // Records a dispatch to `endpoint` (own accounting + the policy's learning).
+  DispatchGuard dispatch(const PickRequest& req, const Candidate& chosen, Time now);
+
+  // Scraper and health checker inputs.
+  void update_signals(size_t endpoint, EngineSignals signals);
+  void record_scrape_error(size_t endpoint);
+  void set_healthy(size_t endpoint, bool healthy);
+  bool healthy(size_t endpoint) const;
+
+  // True when every healthy endpoint is at the pool's hard in-flight cap.
+  bool at_capacity() const;
+  std::vector<EndpointSnapshot> snapshot(Time now) const;
+
+ private:
+  friend class DispatchGuard;
+  struct Endpoint {
+    EndpointConfig config;
+    EngineSignals signals;
+    EndpointLoad load;
+    bool healthy = true;
+  };
+  void release(size_t endpoint, int64_t prefill, int64_t decode);
+  void move_to_decode(size_t endpoint, int64_t prefill, int64_t decode);
+  void consume_decode(size_t endpoint, int64_t n);
+  bool is_stale(const Endpoint& ep, Time now) const;
+
+  const PoolConfig config_;
+  mutable std::mutex mu_;
+  std::vector<Endpoint> endpoints_;
+  std::unique_ptr<Policy> policy_;
+  std::vector<EndpointView> views_;  // scratch, guarded by mu_
+};
+
+}  // namespace sluice
