@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""deploy/prometheus/ passes promtool: the scrape config and alert rules are valid, the alert rules'
+unit tests (deploy/prometheus/tests/) fire exactly the alerts they claim, and every sluice_* series
+the rules use is in the metrics contract (docs/metrics.md).
+
+Run: python3 tests/integration/test_promtool.py [--sluice path]   (--sluice is accepted, unused)
+promtool comes from Debian's `prometheus` package (scripts/install-deps.sh); without it the test
+skips with a message and exit code 0.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROM_DIR = os.path.join(ROOT, "deploy", "prometheus")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import metrics_contract  # noqa: E402
+
+
+def run(args):
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", default=None)
+    ap.parse_args()
+    promtool = shutil.which("promtool")
+    if not promtool:
+        print("SKIP: promtool not found (install Debian's `prometheus` package: scripts/install-deps.sh)")
+        return 0
+
+    failures = []
+    checks = [
+        ("check config", [promtool, "check", "config", os.path.join(PROM_DIR, "prometheus.yml")]),
+        ("check rules", [promtool, "check", "rules", os.path.join(PROM_DIR, "sluice-alerts.yml")]),
+        ("test rules", [promtool, "test", "rules", os.path.join(PROM_DIR, "tests", "sluice-alerts-test.yml")]),
+    ]
+    for name, args in checks:
+        rc, out = run(args)
+        print(f"promtool {name}: {'ok' if rc == 0 else 'FAILED'}")
+        if rc != 0:
+            failures.append(f"promtool {name} exited {rc}:\n{out}")
+
+    # Every sluice_* name the rules mention must be a contract series (or one of its histogram parts).
+    known = metrics_contract.exposed_names()
+    rules = open(os.path.join(PROM_DIR, "sluice-alerts.yml")).read()
+    used = set(re.findall(r"(?<![:\w])sluice_[a-z0-9_]+(?![:\w])", rules))
+    unknown = sorted(n for n in used if n not in known)
+    print(f"sluice_* names used by the rules: {len(used)}, not in docs/metrics.md: {unknown}")
+    if unknown:
+        failures.append(f"alert rules use series not in docs/metrics.md: {unknown}")
+    if len(used) < 8:
+        failures.append(f"expected the rules to use at least 8 sluice series, found {sorted(used)}")
+
+    # Each required alert family is present.
+    for alert in ["SluiceEngineMetricsStale", "SluiceRejectRateHigh", "SluiceRejectsRising",
+                  "SluiceQueueTimeP99High", "SluiceKVCachePressure", "SluiceEngineScrapeErrors",
+                  "SluicePrometheusTargetDown", "SluiceQueueingWhileEnginesIdle"]:
+        if f"alert: {alert}\n" not in rules:
+            failures.append(f"alert {alert} missing from sluice-alerts.yml")
+
+    if failures:
+        print("\n".join(failures))
+        print("0 passed, 1 failed")
+        return 1
+    print("1 passed, 0 failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
