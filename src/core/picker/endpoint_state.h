@@ -24,6 +24,7 @@ struct EngineSignals {
   double prefix_queries = 0;   // cumulative, in tokens
   double prefix_hits = 0;      // cumulative, in tokens
   double duty_cycle = -1;      // fraction of time busy, -1 = unknown
+  double prefix_hit_rate = -1; // engine-reported hit-rate gauge (SGLang), -1 = not reported
 };
 
 struct EndpointLoad {
