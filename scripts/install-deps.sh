@@ -8,7 +8,7 @@ PACKAGES=(
   libboost1.81-dev
   libsimdjson-dev libyaml-cpp-dev libfmt-dev libspdlog-dev libxxhash-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
-  curl python3 prometheus haproxy nginx-light wrk
+  clang libclang-rt-14-dev curl python3 prometheus haproxy nginx-light wrk
 )
 
 missing=()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for FUZZ_SECONDS (default 20;
+# CI uses the default, run longer by hand: FUZZ_SECONDS=600 scripts/fuzz.sh). Each target starts
+# from its committed seed corpus in fuzz/corpus/<target>/; new inputs go to a scratch copy. A crash
+# leaves its input in fuzz/ as crash-*: turn it into a regression test.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${SLUICE_FUZZ_BUILD_DIR:-$root/build-fuzz}
+secs=${FUZZ_SECONDS:-20}
+"$root/scripts/install-deps.sh"
+if [ ! -f "$dir/build.ninja" ]; then
+  CC=clang CXX=clang++ cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_FUZZ=ON >/dev/null
+fi
+ninja -C "$dir"
+status=0
+for src in "$root"/fuzz/*_fuzz.cpp; do
+  name=$(basename "$src" .cpp)
+  seeds="$root/fuzz/corpus/${name%_fuzz}"
+  work="$dir/corpus-run/${name%_fuzz}"
+  mkdir -p "$work"
+  [ -d "$seeds" ] && cp -n "$seeds"/* "$work"/ 2>/dev/null || true
+  echo "fuzz: $name for ${secs}s"
+  if ! (cd "$root/fuzz" && "$dir/$name" -max_total_time="$secs" -max_len=65536 -timeout=10 -print_final_stats=1 "$work" 2>&1 | tail -4); then
+    echo "fuzz: $name FAILED"; status=1
+  fi
+done
+exit $status
