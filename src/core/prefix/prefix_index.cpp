@@ -1,0 +1,275 @@
+#include "core/prefix/prefix_index.h"
+
+#define XXH_STATIC_LINKING_ONLY  // XXH64_state_t on the stack
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace sluice {
+
+PrefixIndex::PrefixIndex(size_t endpoints, int64_t default_capacity_blocks)
+    : default_capacity_(std::max<int64_t>(1, default_capacity_blocks)) {
+  reset(endpoints);
+}
+
+uint64_t PrefixIndex::seed(std::string_view model, std::string_view adapter, std::string_view cache_salt) {
+  XXH64_state_t st;
+  XXH64_reset(&st, 0);
+  const char zero = 0;
+  XXH64_update(&st, model.data(), model.size());
+  XXH64_update(&st, &zero, 1);
+  XXH64_update(&st, adapter.data(), adapter.size());
+  XXH64_update(&st, &zero, 1);
+  XXH64_update(&st, cache_salt.data(), cache_salt.size());
+  return XXH64_digest(&st);
+}
+
+void PrefixIndex::hash_blocks(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
+                              std::vector<uint64_t>& out) {
+  out.clear();
+  if (block_chars == 0) return;
+  size_t n = std::min(text.size() / block_chars, max_blocks);
+  out.reserve(n);
+  uint64_t h = seed;
+  for (size_t i = 0; i < n; ++i) {
+    h = XXH64(text.data() + i * block_chars, block_chars, h);
+    out.push_back(h);
+  }
+}
+
+void PrefixIndex::reset(size_t endpoints) {
+  nodes_.clear();
+  nodes_.shrink_to_fit();
+  free_ = kNil;
+  slots_.assign(16, Slot{});
+  lrus_.assign(endpoints, Lru{kNil, kNil, 0, default_capacity_});
+  entries_ = distinct_ = 0;
+}
+
+int64_t PrefixIndex::total_capacity() const {
+  int64_t t = 0;
+  for (const auto& l : lrus_) t += l.capacity;
+  return t;
+}
+
+void PrefixIndex::set_capacity(size_t endpoint, int64_t blocks) {
+  auto& l = lrus_[endpoint];
+  l.capacity = blocks > 0 ? blocks : default_capacity_;
+  while (l.size > l.capacity) remove_node(l.tail);
+}
+
+size_t PrefixIndex::memory_bytes() const {
+  return nodes_.capacity() * sizeof(Node) + slots_.capacity() * sizeof(Slot) + lrus_.capacity() * sizeof(Lru);
+}
+
+// ---- table -------------------------------------------------------------------------------
+
+size_t PrefixIndex::find_slot(uint64_t h) const {
+  const size_t n = slots_.size();
+  const uint32_t fp = static_cast<uint32_t>(h);
+  for (size_t i = home(h);; i = (i + 1 == n ? 0 : i + 1)) {
+    const Slot& s = slots_[i];
+    if (s.head == kNil) return n;
+    if (s.fp == fp && nodes_[s.head].hash == h) return i;
+  }
+}
+
+size_t PrefixIndex::insert_slot(uint64_t h) {
+  if (size_t i = find_slot(h); i != slots_.size()) return i;
+  if (static_cast<double>(distinct_ + 1) > 0.75 * static_cast<double>(slots_.size())) grow_table(distinct_ + 1);
+  const size_t n = slots_.size();
+  size_t i = home(h);
+  while (slots_[i].head != kNil) i = (i + 1 == n ? 0 : i + 1);
+  slots_[i].fp = static_cast<uint32_t>(h);
+  slots_[i].mask = 0;
+  // head is set by the caller (a slot with head kNil is empty).
+  ++distinct_;
+  return i;
+}
+
+void PrefixIndex::erase_slot(size_t i) {
+  const size_t n = slots_.size();
+  slots_[i] = Slot{};
+  --distinct_;
+  size_t j = i;
+  for (;;) {
+    j = (j + 1 == n ? 0 : j + 1);
+    if (slots_[j].head == kNil) return;
+    size_t k = home(nodes_[slots_[j].head].hash);
+    // Move slots_[j] back to the hole at i unless its home lies cyclically in (i, j].
+    bool stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
+    if (stays) continue;
+    slots_[i] = slots_[j];
+    slots_[j] = Slot{};
+    i = j;
+  }
+}
+
+void PrefixIndex::grow_table(size_t min_distinct) {
+  // Never larger than the whole pool's capacity needs at a 0.72 load; at least double otherwise.
+  const double bound = static_cast<double>(std::max<int64_t>(total_capacity(), 1)) / 0.72 + 16;
+  size_t target = std::max<size_t>(16, std::min<size_t>(slots_.size() * 2, static_cast<size_t>(bound)));
+  target = std::max(target, static_cast<size_t>(static_cast<double>(min_distinct) / 0.75) + 2);
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(target, Slot{});
+  slots_.shrink_to_fit();
+  for (const Slot& s : old) {
+    if (s.head == kNil) continue;
+    size_t i = home(nodes_[s.head].hash);
+    while (slots_[i].head != kNil) i = (i + 1 == target ? 0 : i + 1);
+    slots_[i] = s;
+  }
+}
+
+// ---- nodes and lists ---------------------------------------------------------------------
+
+uint32_t PrefixIndex::alloc_node() {
+  if (free_ != kNil) {
+    uint32_t n = free_;
+    free_ = nodes_[n].next;
+    return n;
+  }
+  if (nodes_.size() == nodes_.capacity()) {
+    size_t want = std::max<size_t>(1024, nodes_.size() * 2);
+    want = std::min<size_t>(want, static_cast<size_t>(std::max<int64_t>(total_capacity(), 1)));
+    nodes_.reserve(std::max(want, nodes_.size() + 1));
+  }
+  nodes_.push_back(Node{0, kNil, kNil, kNil, 0});
+  return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+void PrefixIndex::lru_unlink(Lru& l, uint32_t n) {
+  Node& x = nodes_[n];
+  if (x.prev != kNil) nodes_[x.prev].next = x.next;
+  else l.head = x.next;
+  if (x.next != kNil) nodes_[x.next].prev = x.prev;
+  else l.tail = x.prev;
+  x.prev = x.next = kNil;
+}
+
+void PrefixIndex::lru_push_front(Lru& l, uint32_t n) {
+  Node& x = nodes_[n];
+  x.prev = kNil;
+  x.next = l.head;
+  if (l.head != kNil) nodes_[l.head].prev = n;
+  l.head = n;
+  if (l.tail == kNil) l.tail = n;
+}
+
+uint32_t PrefixIndex::find_node(size_t slot, size_t endpoint) const {
+  const Slot& s = slots_[slot];
+  if (endpoint < 64 && !(s.mask & (uint64_t{1} << endpoint))) return kNil;
+  for (uint32_t n = s.head; n != kNil; n = nodes_[n].chain)
+    if (nodes_[n].endpoint == endpoint) return n;
+  return kNil;
+}
+
+void PrefixIndex::remove_node(uint32_t n) {
+  Node& x = nodes_[n];
+  Lru& l = lrus_[x.endpoint];
+  lru_unlink(l, n);
+  --l.size;
+  --entries_;
+  size_t si = find_slot(x.hash);
+  Slot& s = slots_[si];
+  if (s.head == n) {
+    s.head = x.chain;
+  } else {
+    uint32_t p = s.head;
+    while (nodes_[p].chain != n) p = nodes_[p].chain;
+    nodes_[p].chain = x.chain;
+  }
+  if (x.endpoint < 64) s.mask &= ~(uint64_t{1} << x.endpoint);
+  if (s.head == kNil) {
+    s.head = kNil;
+    erase_slot(si);
+  }
+  x.chain = kNil;
+  x.next = free_;
+  free_ = n;
+}
+
+// ---- learning and matching ---------------------------------------------------------------
+
+void PrefixIndex::learn(size_t endpoint, std::span<const uint64_t> blocks) {
+  if (endpoint >= lrus_.size()) return;
+  const size_t n = std::min<size_t>(blocks.size(), static_cast<size_t>(lrus_[endpoint].capacity));
+  // Tail first, so the head of the prompt ends up most recent and is evicted last.
+  for (size_t k = n; k-- > 0;) {
+    const uint64_t h = blocks[k];
+    Lru& l = lrus_[endpoint];
+    if (size_t si = find_slot(h); si != slots_.size()) {
+      if (uint32_t node = find_node(si, endpoint); node != kNil) {
+        lru_unlink(l, node);
+        lru_push_front(l, node);
+        continue;
+      }
+    }
+    if (l.size >= l.capacity) remove_node(l.tail);
+    uint32_t node = alloc_node();  // may reallocate nodes_: take references after
+    size_t si = insert_slot(h);
+    Slot& s = slots_[si];
+    Node& x = nodes_[node];
+    x.hash = h;
+    x.endpoint = static_cast<uint32_t>(endpoint);
+    x.chain = s.head;
+    s.head = node;
+    if (endpoint < 64) s.mask |= uint64_t{1} << endpoint;
+    lru_push_front(lrus_[endpoint], node);
+    ++lrus_[endpoint].size;
+    ++entries_;
+  }
+}
+
+void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> matched) const {
+  std::fill(matched.begin(), matched.end(), 0u);
+  const size_t ne = std::min(matched.size(), lrus_.size());
+  if (ne == 0 || blocks.empty() || entries_ == 0) return;
+  const size_t n = slots_.size();
+  for (uint64_t h : blocks) __builtin_prefetch(&slots_[home(h)]);
+  if (ne <= 64) {
+    uint64_t running = ne == 64 ? ~uint64_t{0} : (uint64_t{1} << ne) - 1;
+    size_t i = 0;
+    for (; i < blocks.size() && running; ++i) {
+      const uint64_t h = blocks[i];
+      const uint32_t fp = static_cast<uint32_t>(h);
+      uint64_t mask = 0;
+      for (size_t j = home(h);; j = (j + 1 == n ? 0 : j + 1)) {
+        const Slot& s = slots_[j];
+        if (s.head == kNil) break;
+        if (s.fp == fp) {
+          mask = s.mask;
+          break;
+        }
+      }
+      for (uint64_t dropped = running & ~mask; dropped; dropped &= dropped - 1)
+        matched[static_cast<size_t>(__builtin_ctzll(dropped))] = static_cast<uint32_t>(i);
+      running &= mask;
+    }
+    for (; running; running &= running - 1) matched[static_cast<size_t>(__builtin_ctzll(running))] = static_cast<uint32_t>(i);
+    return;
+  }
+  // More than 64 endpoints: walk the chains; matched[e] == i means e matched every block so far.
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    size_t si = find_slot(blocks[i]);
+    if (si == n) return;
+    bool any = false;
+    for (uint32_t x = slots_[si].head; x != kNil; x = nodes_[x].chain) {
+      uint32_t e = nodes_[x].endpoint;
+      if (e < ne && matched[e] == i) {
+        matched[e] = static_cast<uint32_t>(i + 1);
+        any = true;
+      }
+    }
+    if (!any) return;
+  }
+}
+
+void PrefixIndex::purge(size_t endpoint) {
+  if (endpoint >= lrus_.size()) return;
+  while (lrus_[endpoint].tail != kNil) remove_node(lrus_[endpoint].tail);
+}
+
+}  // namespace sluice

@@ -1,0 +1,193 @@
+#include "core/prefix/prefix_index.h"
+
+#include <gtest/gtest.h>
+
+#include <list>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+
+namespace sluice {
+namespace {
+
+std::vector<uint64_t> blocks_of(const std::string& text, std::string_view model = "m", std::string_view adapter = "",
+                                std::string_view salt = "", size_t block_chars = 64) {
+  std::vector<uint64_t> out;
+  PrefixIndex::hash_blocks(text, block_chars, PrefixIndex::seed(model, adapter, salt), 1 << 20, out);
+  return out;
+}
+
+std::string text_of(char c, size_t n) { return std::string(n, c); }
+
+std::vector<uint32_t> match(const PrefixIndex& idx, const std::vector<uint64_t>& b) {
+  std::vector<uint32_t> m(idx.endpoints());
+  idx.match(b, m);
+  return m;
+}
+
+TEST(PrefixIndex, HashingCutsFullBlocksAndChains) {
+  auto a = blocks_of(text_of('x', 64 * 3 + 10));
+  ASSERT_EQ(a.size(), 3u);  // the partial tail block is not hashed
+  // Identical blocks at different positions hash differently (chained).
+  EXPECT_NE(a[0], a[1]);
+  EXPECT_NE(a[1], a[2]);
+  // A different first block changes every later hash even when later text is identical.
+  auto b = blocks_of("y" + text_of('x', 64 * 3 - 1));
+  for (size_t i = 0; i < 3; ++i) EXPECT_NE(a[i], b[i]);
+  std::vector<uint64_t> capped;
+  PrefixIndex::hash_blocks(text_of('x', 64 * 10), 64, 1, 4, capped);
+  EXPECT_EQ(capped.size(), 4u);
+}
+
+TEST(PrefixIndex, LongestCommonPrefixPerEndpoint) {
+  PrefixIndex idx(3);
+  std::string shared = text_of('s', 64 * 4);
+  auto r1 = blocks_of(shared + text_of('a', 64 * 2));
+  auto r2 = blocks_of(shared + text_of('b', 64 * 2));
+  idx.learn(0, r1);
+  idx.learn(1, blocks_of(shared.substr(0, 128)));
+  EXPECT_EQ(match(idx, r1), (std::vector<uint32_t>{6, 2, 0}));
+  EXPECT_EQ(match(idx, r2), (std::vector<uint32_t>{4, 2, 0}));
+  EXPECT_EQ(idx.entries(), 8u);
+  EXPECT_EQ(idx.entries(0), 6u);
+  EXPECT_EQ(idx.distinct_blocks(), 6u);  // endpoint 1's two blocks are shared with endpoint 0
+}
+
+TEST(PrefixIndex, AdapterModelAndSaltSeparate) {
+  PrefixIndex idx(1);
+  std::string t = text_of('q', 64 * 5);
+  idx.learn(0, blocks_of(t, "m", "adapter-a"));
+  EXPECT_EQ(match(idx, blocks_of(t, "m", "adapter-a"))[0], 5u);
+  EXPECT_EQ(match(idx, blocks_of(t, "m", "adapter-b"))[0], 0u);
+  EXPECT_EQ(match(idx, blocks_of(t, "m", ""))[0], 0u);
+  EXPECT_EQ(match(idx, blocks_of(t, "other-model", "adapter-a"))[0], 0u);
+  EXPECT_EQ(match(idx, blocks_of(t, "m", "adapter-a", "salt"))[0], 0u);
+  // Seed fields are delimited: ("ab","") differs from ("a","b").
+  EXPECT_NE(PrefixIndex::seed("ab", "", ""), PrefixIndex::seed("a", "b", ""));
+}
+
+TEST(PrefixIndex, LruBoundEvictsLeastRecentAndTailFirst) {
+  PrefixIndex idx(2);
+  idx.set_capacity(0, 8);
+  auto a = blocks_of(text_of('a', 64 * 6));
+  auto b = blocks_of(text_of('b', 64 * 6));
+  idx.learn(0, a);
+  idx.learn(0, b);  // needs 4 slots: evicts a's 4 least recent blocks = its tail
+  EXPECT_EQ(idx.entries(0), 8u);
+  EXPECT_EQ(match(idx, a)[0], 2u);  // a's head survives
+  EXPECT_EQ(match(idx, b)[0], 6u);
+  idx.learn(0, a);  // a again: now b loses its tail
+  EXPECT_EQ(match(idx, a)[0], 6u);
+  EXPECT_EQ(match(idx, b)[0], 2u);
+  // A request longer than the capacity keeps its head.
+  auto c = blocks_of(text_of('c', 64 * 20));
+  idx.learn(0, c);
+  EXPECT_EQ(idx.entries(0), 8u);
+  EXPECT_EQ(match(idx, c)[0], 8u);
+  // Shrinking the capacity evicts.
+  idx.set_capacity(0, 3);
+  EXPECT_EQ(idx.entries(0), 3u);
+  EXPECT_EQ(match(idx, c)[0], 3u);
+  EXPECT_EQ(idx.capacity(1), PrefixIndex::kDefaultCapacityBlocks);
+}
+
+TEST(PrefixIndex, RelearningRefreshesRecency) {
+  PrefixIndex idx(1);
+  idx.set_capacity(0, 4);
+  auto a = blocks_of(text_of('a', 64 * 2)), b = blocks_of(text_of('b', 64 * 2)), c = blocks_of(text_of('c', 64 * 2));
+  idx.learn(0, a);
+  idx.learn(0, b);
+  idx.learn(0, a);  // a is now the most recent
+  idx.learn(0, c);  // evicts b
+  EXPECT_EQ(match(idx, a)[0], 2u);
+  EXPECT_EQ(match(idx, b)[0], 0u);
+  EXPECT_EQ(match(idx, c)[0], 2u);
+}
+
+TEST(PrefixIndex, PurgeForgetsOneEndpoint) {
+  PrefixIndex idx(2);
+  auto a = blocks_of(text_of('a', 64 * 5));
+  idx.learn(0, a);
+  idx.learn(1, a);
+  idx.purge(0);
+  EXPECT_EQ(match(idx, a), (std::vector<uint32_t>{0, 5}));
+  EXPECT_EQ(idx.entries(), 5u);
+  idx.purge(1);
+  EXPECT_EQ(idx.entries(), 0u);
+  EXPECT_EQ(idx.distinct_blocks(), 0u);
+}
+
+// Random operations against a naive model (per-endpoint std::list LRU), for both the bitmask
+// path (<= 64 endpoints) and the chain-walk path (> 64).
+void random_against_model(size_t endpoints) {
+  std::mt19937_64 rng(endpoints);
+  PrefixIndex idx(endpoints);
+  std::vector<int64_t> cap(endpoints);
+  for (size_t e = 0; e < endpoints; ++e) {
+    cap[e] = 5 + static_cast<int64_t>(rng() % 40);
+    idx.set_capacity(e, cap[e]);
+  }
+  std::vector<std::list<uint64_t>> model(endpoints);
+  auto model_learn = [&](size_t e, const std::vector<uint64_t>& b) {
+    size_t n = std::min<size_t>(b.size(), static_cast<size_t>(cap[e]));
+    for (size_t k = n; k-- > 0;) {
+      model[e].remove(b[k]);
+      if (static_cast<int64_t>(model[e].size()) >= cap[e]) model[e].pop_back();
+      model[e].push_front(b[k]);
+    }
+  };
+  auto model_match = [&](size_t e, const std::vector<uint64_t>& b) {
+    std::set<uint64_t> have(model[e].begin(), model[e].end());
+    uint32_t m = 0;
+    while (m < b.size() && have.count(b[m])) ++m;
+    return m;
+  };
+  for (int step = 0; step < 3000; ++step) {
+    // 20 prefix families, each a shared head plus a random-length tail.
+    int fam = static_cast<int>(rng() % 20);
+    std::string text = std::string(64 * (1 + fam % 7), static_cast<char>('a' + fam));
+    text += std::to_string(rng() % 5) + std::string(64 * (rng() % 6), 'z');
+    auto b = blocks_of(text);
+    size_t e = rng() % endpoints;
+    if (rng() % 50 == 0) {
+      idx.purge(e);
+      model[e].clear();
+      continue;
+    }
+    idx.learn(e, b);
+    model_learn(e, b);
+    auto m = match(idx, b);
+    for (size_t x = 0; x < endpoints; ++x) ASSERT_EQ(m[x], model_match(x, b)) << "step " << step << " endpoint " << x;
+  }
+  size_t total = 0;
+  for (size_t e = 0; e < endpoints; ++e) {
+    EXPECT_EQ(idx.entries(e), model[e].size());
+    total += model[e].size();
+  }
+  EXPECT_EQ(idx.entries(), total);
+}
+
+TEST(PrefixIndex, MatchesNaiveModelUpTo64Endpoints) { random_against_model(7); }
+TEST(PrefixIndex, MatchesNaiveModelBeyond64Endpoints) { random_against_model(70); }
+
+TEST(PrefixIndex, MemoryPerEntryAtCapacityUnder64Bytes) {
+  PrefixIndex idx(8);
+  for (size_t e = 0; e < 8; ++e) idx.set_capacity(e, 20000);
+  std::mt19937_64 rng(1);
+  std::vector<uint64_t> b(256);
+  while (idx.entries() < 8 * 20000) {
+    for (auto& h : b) h = rng();
+    idx.learn(rng() % 8, b);
+  }
+  for (int i = 0; i < 200; ++i) {  // churn at capacity
+    for (auto& h : b) h = rng();
+    idx.learn(rng() % 8, b);
+  }
+  EXPECT_EQ(idx.entries(), 8u * 20000);
+  double per_entry = static_cast<double>(idx.memory_bytes()) / static_cast<double>(idx.entries());
+  EXPECT_LT(per_entry, 64.0);
+}
+
+}  // namespace
+}  // namespace sluice
