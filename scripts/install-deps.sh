@@ -9,6 +9,7 @@ PACKAGES=(
   libsimdjson-dev libyaml-cpp-dev libfmt-dev libspdlog-dev libxxhash-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   clang libclang-rt-14-dev curl python3 prometheus haproxy nginx-light wrk
+  nodejs chromium
 )
 
 missing=()
@@ -32,3 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "install-deps: all packages present"
 fi
+
+# The dashboard's static assets (web/dist, embedded into the sluice binary at build time):
+# npm ci in web/ only when its package-lock.json changed, then a copy. Quiet when up to date.
+"$(cd "$(dirname "$0")" && pwd)/build-web.sh"

@@ -1,0 +1,332 @@
+// sluice's live dashboard. Polls /metrics (same origin) every second, parses the Prometheus text
+// (prom.js), computes rates and histogram quantiles over a short window of polls, and draws uPlot
+// charts. Warnings: any endpoint whose metrics are stale (sluice_endpoint_stale == 1 or scrape age
+// > 2 s), rejects rising, /metrics unreachable; plus a one-line diagnosis of the two classic
+// incidents (queueing while engines idle = picker/stale metrics; engines pegged + rejects = capacity).
+(function () {
+  "use strict";
+  const P = globalThis.SluiceProm;
+  const params = new URLSearchParams(location.search);
+  const POLL_MS = Math.max(100, Number(params.get("interval")) || 1000);
+  const METRICS_URL = "/metrics";
+  const SHORT_WINDOW_MS = 5000;   // rates and quantiles on the charts
+  const LONG_WINDOW_MS = 60000;   // baseline for "rejects rising"
+  const HISTORY_MS = LONG_WINDOW_MS + 5000;
+  const MAX_POINTS = 300;         // five minutes at 1 s
+  const STALE_AGE_S = 2;
+  const COLORS = ["#4e9af1", "#f1a04e", "#5ec27a", "#e05d5d", "#b07ee8", "#e6d155", "#4ed2d2",
+    "#e87eb9", "#9aa0a6", "#8fd14f", "#d18f4f", "#6f7fe8"];
+
+  // ---- formatting -------------------------------------------------------------------------
+  const fmtPct = (v) => (v == null || !isFinite(v) ? "–" : (100 * v).toFixed(1) + "%");
+  const fmtNum = (v, d = 1) => (v == null || !isFinite(v) ? "–" : v.toFixed(d));
+  const fmtSec = (v) => (v == null || !isFinite(v) ? "–" : v < 1 ? (1000 * v).toFixed(0) + " ms" : v.toFixed(2) + " s");
+
+  // ---- a chart panel: named series over a shared time axis ---------------------------------
+  class Panel {
+    // scales: { y: {range?: [lo, hi], label?, fmt?}, r?: {...} } ; series defs come with push().
+    constructor(id, scales) {
+      this.id = id;
+      this.el = document.getElementById(id);
+      this.scales = scales;
+      this.xs = [];
+      this.cols = new Map();   // key -> {label, scale, values[]}
+      this.chart = null;
+      this.dirty = true;
+    }
+    reset() { this.xs = []; this.cols = new Map(); this.dirty = true; }
+    // values: [{key, label, scale, value}]
+    push(t, values) {
+      this.xs.push(t);
+      const seen = new Set();
+      for (const v of values) {
+        let col = this.cols.get(v.key);
+        if (!col) {
+          col = { label: v.label, scale: v.scale || "y", values: new Array(this.xs.length - 1).fill(null) };
+          this.cols.set(v.key, col);
+          this.dirty = true;
+        }
+        col.values.push(v.value == null || !isFinite(v.value) ? null : v.value);
+        seen.add(v.key);
+      }
+      for (const [key, col] of this.cols) if (!seen.has(key)) col.values.push(null);
+      if (this.xs.length > MAX_POINTS) {
+        this.xs.shift();
+        for (const col of this.cols.values()) col.values.shift();
+      }
+    }
+    data() { return [this.xs, ...[...this.cols.values()].map((c) => c.values)]; }
+    options() {
+      const width = Math.max(300, this.el.clientWidth || 600);
+      const scales = { x: { time: true } };
+      const axes = [{ stroke: "#aab", grid: { stroke: "#2a2f3a" }, ticks: { stroke: "#2a2f3a" } }];
+      let side = 3;
+      for (const [name, s] of Object.entries(this.scales)) {
+        scales[name] = s.range ? { auto: false, range: s.range } : { auto: true, range: (u, lo, hi) => [0, Math.max(hi * 1.1, s.min || 1e-9)] };
+        axes.push({ scale: name, side, label: s.label, stroke: "#aab", size: 60,
+          grid: { show: side === 3, stroke: "#2a2f3a" }, ticks: { stroke: "#2a2f3a" },
+          values: (u, vals) => vals.map((v) => (s.fmt ? s.fmt(v) : v)) });
+        side = 1;
+      }
+      const series = [{}];
+      let i = 0;
+      for (const col of this.cols.values()) {
+        const fmt = (this.scales[col.scale] || {}).fmt;
+        series.push({ label: col.label, scale: col.scale, stroke: col.color || COLORS[i++ % COLORS.length], width: 2,
+          value: (u, v) => (v == null ? "–" : fmt ? fmt(v) : fmtNum(v, 2)) });
+      }
+      return { width, height: 220, scales, axes, series, legend: { live: true }, cursor: { drag: { x: false, y: false } } };
+    }
+    render() {
+      if (this.cols.size === 0) return;
+      if (this.dirty || !this.chart) {
+        if (this.chart) this.chart.destroy();
+        this.el.textContent = "";
+        this.chart = new uPlot(this.options(), this.data(), this.el);
+        this.dirty = false;
+      } else {
+        this.chart.setData(this.data());
+      }
+    }
+    resize() { if (this.chart) this.chart.setSize({ width: Math.max(300, this.el.clientWidth), height: 220 }); }
+    // For tests and operators poking in devtools: points per series.
+    summary() {
+      const out = {};
+      for (const col of this.cols.values()) out[col.label] = col.values.filter((v) => v != null).length;
+      return out;
+    }
+  }
+
+  const ratio = { range: [0, 1], label: "ratio", fmt: fmtPct };
+  const panels = {
+    hit: new Panel("chart-hit", { y: ratio }),
+    reject: new Panel("chart-reject", { y: { label: "rejects/s", fmt: (v) => fmtNum(v, 1), min: 1 }, r: ratio }),
+    queue: new Panel("chart-queue", { y: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
+    ttft: new Panel("chart-ttft", { y: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
+    kv: new Panel("chart-kv", { y: ratio }),
+    waiting: new Panel("chart-waiting", { y: { label: "requests", fmt: (v) => fmtNum(v, 0), min: 1 } }),
+    picks: new Panel("chart-picks", { y: { label: "picks/s", fmt: (v) => fmtNum(v, 1), min: 1 } }),
+    duty: new Panel("chart-duty", { y: ratio }),
+  };
+
+  // ---- state ---------------------------------------------------------------------------------
+  const state = { history: [], polls: 0, errors: 0, lastError: null, pool: "", stale: [], rejectWarning: null,
+    diagnosis: null, lastPollAt: null };
+
+  function poolFilter() {
+    const pool = state.pool;
+    return pool ? (l) => l.pool === pool : null;
+  }
+
+  // The snapshot closest to `ms` before the newest one (at least one poll back).
+  function snapshotBefore(ms) {
+    const h = state.history;
+    if (h.length < 2) return null;
+    const cur = h[h.length - 1];
+    let best = h[h.length - 2];
+    for (let i = h.length - 2; i >= 0; i--) {
+      if (cur.t - h[i].t > ms) break;
+      best = h[i];
+    }
+    return best;
+  }
+
+  function endpointsOf(snap, filter) {
+    const eps = new Map();  // "pool/endpoint" -> {pool, endpoint}
+    for (const name of ["sluice_endpoint_stale", "sluice_endpoint_scrape_age_seconds", "sluice_endpoint_kv_usage_ratio",
+      "sluice_endpoint_waiting_requests", "sluice_endpoint_healthy", "sluice_endpoint_inflight_requests",
+      "sluice_endpoint_duty_cycle_ratio", "sluice_picks_total"]) {
+      for (const s of P.samples(snap, name, filter)) {
+        if (s.labels.endpoint === undefined) continue;
+        const pool = s.labels.pool || "";
+        eps.set(pool + "/" + s.labels.endpoint, { pool, endpoint: s.labels.endpoint });
+      }
+    }
+    return [...eps.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1));
+  }
+
+  function gaugeOf(snap, name, ep) {
+    const list = P.samples(snap, name, (l) => l.endpoint === ep.endpoint && (l.pool || "") === ep.pool);
+    return list.length ? list[0].value : null;
+  }
+
+  function updatePoolSelect(snap) {
+    const sel = document.getElementById("pool");
+    const pools = new Set();
+    for (const list of snap.byName.values()) for (const s of list) if (s.labels.pool) pools.add(s.labels.pool);
+    const have = new Set([...sel.options].map((o) => o.value));
+    for (const p of [...pools].sort()) {
+      if (!have.has(p)) { const o = document.createElement("option"); o.value = p; o.textContent = p; sel.appendChild(o); }
+    }
+  }
+
+  function setBanner(id, html) {
+    const el = document.getElementById(id);
+    if (html) { el.innerHTML = html; el.hidden = false; } else { el.hidden = true; el.textContent = ""; }
+  }
+  const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+  const setText = (id, s) => { document.getElementById(id).textContent = s; };
+
+  // ---- one poll ------------------------------------------------------------------------------
+  function analyse() {
+    const h = state.history;
+    const cur = h[h.length - 1];
+    const filter = poolFilter();
+    const short = snapshotBefore(SHORT_WINDOW_MS);
+    const long = snapshotBefore(LONG_WINDOW_MS);
+    const t = cur.t / 1000;
+    const eps = endpointsOf(cur, filter);
+    const multiPool = new Set(eps.map(([, e]) => e.pool)).size > 1;
+    const epLabel = (e) => (multiPool ? e.pool + "/" + e.endpoint : e.endpoint);
+
+    // Cluster-level figures over the short window.
+    const rps = P.rate(short, cur, "sluice_requests_total", filter);
+    const rejects = P.rate(short, cur, "sluice_rejects_total", filter);
+    const rejectsLong = P.rate(long, cur, "sluice_rejects_total", filter);
+    const rejectRatio = rps > 0 && rejects != null ? Math.min(1, rejects / rps) : rejects > 0 ? 1 : rps != null ? 0 : null;
+    const hitsInc = P.increase(short, cur, "sluice_engine_prefix_cache_hits_tokens_total", filter);
+    const queriesInc = P.increase(short, cur, "sluice_engine_prefix_cache_queries_tokens_total", filter);
+    const engineHit = queriesInc > 0 ? hitsInc / queriesInc : null;
+    const predInc = P.increase(short, cur, "sluice_prefix_predicted_cached_tokens_total", filter);
+    const promptInc = P.increase(short, cur, "sluice_prefix_prompt_tokens_total", filter);
+    const predictedHit = promptInc > 0 ? predInc / promptInc : null;
+    const duties = eps.map(([, e]) => gaugeOf(cur, "sluice_endpoint_duty_cycle_ratio", e)).filter((v) => v != null);
+    const duty = duties.length ? duties.reduce((a, b) => a + b, 0) / duties.length : null;
+    const queueP99 = P.histogramQuantile(0.99, P.bucketIncrease(short, cur, "sluice_queue_time_seconds", filter));
+    const ttftP99 = P.histogramQuantile(0.99, P.bucketIncrease(short, cur, "sluice_ttft_seconds", filter));
+    const queued = P.sum(cur, "sluice_queue_depth", filter);
+
+    panels.hit.push(t, [
+      { key: "engine", label: "prefix hit (engine)", value: engineHit },
+      { key: "predicted", label: "prefix hit (predicted)", value: predictedHit },
+      { key: "duty", label: "duty cycle (avg)", value: duty },
+    ]);
+    panels.reject.push(t, [
+      { key: "rejects", label: "rejects/s", value: rejects },
+      { key: "ratio", label: "reject ratio", scale: "r", value: rejectRatio },
+      { key: "duty", label: "duty cycle (avg)", scale: "r", value: duty },
+    ]);
+    panels.queue.push(t, [{ key: "p99", label: "queue time p99", value: queueP99 }]);
+    panels.ttft.push(t, [{ key: "p99", label: "TTFT p99", value: ttftP99 }]);
+
+    const picks = P.increaseBy(short, cur, "sluice_picks_total", "endpoint", filter);
+    const dt = short ? (cur.t - short.t) / 1000 : 0;
+    const perEp = (name) => eps.map(([key, e]) => ({ key, label: epLabel(e), value: gaugeOf(cur, name, e) }));
+    panels.kv.push(t, perEp("sluice_endpoint_kv_usage_ratio"));
+    panels.waiting.push(t, perEp("sluice_endpoint_waiting_requests"));
+    panels.duty.push(t, perEp("sluice_endpoint_duty_cycle_ratio"));
+    panels.picks.push(t, eps.map(([key, e]) => {
+      const inc = P.increase(short, cur, "sluice_picks_total", (l) => l.endpoint === e.endpoint && (l.pool || "") === e.pool);
+      return { key, label: epLabel(e), value: inc != null && dt > 0 ? inc / dt : null };
+    }));
+
+    // Stale endpoints.
+    const stale = [];
+    for (const [, e] of eps) {
+      const flag = gaugeOf(cur, "sluice_endpoint_stale", e);
+      const age = gaugeOf(cur, "sluice_endpoint_scrape_age_seconds", e);
+      if (flag === 1 || (age != null && age > STALE_AGE_S)) stale.push({ ...e, age, label: epLabel(e) });
+    }
+    state.stale = stale.map((e) => e.label);
+    setBanner("stale-banner", stale.length === 0 ? null :
+      `<strong>Stale metrics</strong> on ${stale.length} endpoint${stale.length > 1 ? "s" : ""}: ` +
+      stale.map((e) => `<span class="ep">${esc(e.label)}</span>` + (e.age != null ? ` (last scrape ${fmtNum(e.age, 1)} s ago)` : "")).join(", ") +
+      ". The picker is routing on old load and cache data for them.");
+
+    // Rejects rising (or simply high).
+    const rising = rejects != null && rejects > 0.2 && (rejectsLong == null || rejects > 1.5 * rejectsLong);
+    const high = rejectRatio != null && rejectRatio > 0.05 && rejects > 0.2;
+    state.rejectWarning = rising ? "rising" : high ? "high" : null;
+    let reasons = "";
+    if (state.rejectWarning) {
+      const by = [...P.increaseBy(short, cur, "sluice_rejects_total", "reason", filter).entries()].filter(([, v]) => v > 0)
+        .sort((a, b) => b[1] - a[1]);
+      reasons = by.map(([r, v]) => `${esc(r)} ${fmtNum(v / dt, 1)}/s`).join(", ");
+    }
+    setBanner("reject-banner", !state.rejectWarning ? null :
+      `<strong>Rejects ${state.rejectWarning}</strong>: ${fmtNum(rejects, 1)}/s now` +
+      (rejectsLong != null ? ` vs ${fmtNum(rejectsLong, 1)}/s over the last minute` : "") +
+      ` (${fmtPct(rejectRatio)} of requests)` + (reasons ? `; by reason: ${reasons}` : "") + ".");
+
+    // The two incidents the page exists for.
+    let diag = null;
+    if (queueP99 != null && queueP99 > 0.5 && duty != null && duty < 0.5) {
+      diag = "Requests queue at the gateway while engines look idle: the picker is wrong or its metrics are stale" +
+        (stale.length ? " (stale: " + esc(state.stale.join(", ")) + ")" : "") + ".";
+    } else if (duty != null && duty > 0.85 && (state.rejectWarning || (queueP99 != null && queueP99 > 0.5))) {
+      diag = "Engines are pegged and requests are rejected or queued: capacity or shedding, not routing.";
+    }
+    state.diagnosis = diag;
+    setBanner("diagnosis", diag);
+
+    setText("stat-rps", fmtNum(rps, 1));
+    setText("stat-rejects", fmtNum(rejects, 1));
+    setText("stat-reject-ratio", fmtPct(rejectRatio));
+    setText("stat-queue-p99", fmtSec(queueP99));
+    setText("stat-ttft-p99", fmtSec(ttftP99));
+    setText("stat-duty", fmtPct(duty));
+    setText("stat-hit", fmtPct(engineHit));
+    setText("stat-queued", fmtNum(queued, 0));
+
+    // Endpoint table.
+    const tbody = document.querySelector("#endpoint-table tbody");
+    const errs = P.increaseBy(short, cur, "sluice_endpoint_scrape_errors_total", "endpoint", filter);
+    tbody.innerHTML = eps.map(([, e]) => {
+      const g = (n) => gaugeOf(cur, n, e);
+      const isStale = state.stale.includes(epLabel(e));
+      const healthy = g("sluice_endpoint_healthy");
+      const pk = picks.get(e.endpoint);
+      const er = errs.get(e.endpoint);
+      return `<tr class="${isStale ? "stale" : ""}"><td>${esc(e.pool)}</td><td>${esc(e.endpoint)}</td>` +
+        `<td>${healthy == null ? "–" : healthy === 1 ? "yes" : "<b>no</b>"}</td>` +
+        `<td>${isStale ? "<b>STALE</b>" : "fresh"}</td><td>${fmtSec(g("sluice_endpoint_scrape_age_seconds"))}</td>` +
+        `<td>${fmtNum(g("sluice_endpoint_inflight_requests"), 0)}</td><td>${fmtNum(g("sluice_endpoint_waiting_requests"), 0)}</td>` +
+        `<td>${fmtNum(g("sluice_endpoint_running_requests"), 0)}</td><td>${fmtPct(g("sluice_endpoint_kv_usage_ratio"))}</td>` +
+        `<td>${fmtPct(g("sluice_endpoint_duty_cycle_ratio"))}</td><td>${pk != null && dt > 0 ? fmtNum(pk / dt, 1) : "–"}</td>` +
+        `<td>${er != null && dt > 0 ? fmtNum(er / dt, 1) : "–"}</td></tr>`;
+    }).join("");
+
+    for (const p of Object.values(panels)) p.render();
+  }
+
+  async function poll() {
+    const started = Date.now();
+    try {
+      const ctl = new AbortController();
+      const timer = setTimeout(() => ctl.abort(), Math.max(900, POLL_MS - 100));
+      const resp = await fetch(METRICS_URL, { cache: "no-store", signal: ctl.signal });
+      clearTimeout(timer);
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      const text = await resp.text();
+      const snap = P.parse(text, Date.now());
+      state.history.push(snap);
+      while (state.history.length > 2 && snap.t - state.history[0].t > HISTORY_MS) state.history.shift();
+      state.polls++;
+      state.lastPollAt = snap.t;
+      updatePoolSelect(snap);
+      setBanner("fetch-banner", null);
+      analyse();
+      setText("poll-status", `last poll ${new Date(snap.t).toLocaleTimeString()} · ${snap.series.size} series` +
+        (snap.errors ? ` · ${snap.errors} unparsable lines` : ""));
+    } catch (e) {
+      state.errors++;
+      state.lastError = String(e && e.message ? e.message : e);
+      setBanner("fetch-banner", `<strong>Cannot read /metrics</strong>: ${esc(state.lastError)}. The charts below are frozen.`);
+    }
+    setTimeout(poll, Math.max(0, POLL_MS - (Date.now() - started)));
+  }
+
+  document.getElementById("pool").addEventListener("change", (ev) => {
+    state.pool = ev.target.value;
+    for (const p of Object.values(panels)) p.reset();
+  });
+  window.addEventListener("resize", () => { for (const p of Object.values(panels)) p.resize(); });
+
+  // Exposed for the browser test and for operators in devtools.
+  globalThis.sluiceDashboard = {
+    state,
+    panels,
+    summary: () => Object.fromEntries(Object.entries(panels).map(([k, p]) => [k, p.summary()])),
+  };
+  poll();
+})();
