@@ -245,7 +245,7 @@
     }
     setBanner("reject-banner", !state.rejectWarning ? null :
       `<strong>Rejects ${state.rejectWarning}</strong>: ${fmtNum(rejects, 1)}/s now` +
-      (rejectsLong != null ? ` vs ${fmtNum(rejectsLong, 1)}/s over the last minute` : "") +
+      (rejectsLong != null ? ` vs ${fmtNum(rejectsLong, 1)}/s over the last ${fmtNum((cur.t - long.t) / 1000, 0)} s` : "") +
       ` (${fmtPct(rejectRatio)} of requests)` + (reasons ? `; by reason: ${reasons}` : "") + ".");
 
     // The two incidents the page exists for.

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""The live dashboard in a real browser (Debian's chromium, driven headless by playwright-core from
+web/node_modules through web/test/dashboard.spec.mjs).
+
+Two runs:
+  stub  the page served by tests/integration/metrics_stub.py (canned, changing /metrics text in the
+        shape of docs/metrics.md): charts show data, freezing endpoint e2 raises the stale warning
+        naming e2 only, and turning rejects on raises the rejects warning.
+  real  `sluice sim` (3 replicas) + `sluice serve` under chat load: /dashboard from the admin
+        listener, charts show data, and after `POST /admin/faults {"metrics":"freeze"}` on replica 1
+        the stale warning names replica-1 and not the others. Runs when the binary serves
+        /dashboard; skipped with a note while the gateway does not (use --require-real to fail instead).
+
+Run: python3 tests/integration/test_dashboard.py --sluice build/sluice [--require-real] [--screenshots DIR]
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+WEB = os.path.join(ROOT, "web")
+SPEC = os.path.join(WEB, "test", "dashboard.spec.mjs")
+sys.path.insert(0, HERE)
+import metrics_stub  # noqa: E402
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_req(port, method, path, body=None, timeout=5):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        headers = {"content-type": "application/json"} if body is not None else {}
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def ensure_browser_tooling():
+    problems = []
+    if not shutil.which("node"):
+        problems.append("node not found")
+    if not os.path.exists("/usr/bin/chromium"):
+        problems.append("/usr/bin/chromium not found (Debian package chromium)")
+    if problems:
+        raise SystemExit("FAILED: " + "; ".join(problems) + " -- run scripts/install-deps.sh")
+    if not os.path.isdir(os.path.join(WEB, "node_modules", "playwright-core")) or \
+            not os.path.exists(os.path.join(WEB, "dist", "index.html")):
+        log("web/node_modules or web/dist missing: running scripts/build-web.sh")
+        subprocess.run([os.path.join(ROOT, "scripts", "build-web.sh")], check=True, timeout=300)
+
+
+def run_spec(args, timeout=150):
+    cmd = ["node", SPEC] + args
+    log("$ " + " ".join(cmd))
+    p = subprocess.run(cmd, cwd=WEB, capture_output=True, text=True, timeout=timeout)
+    for line in p.stdout.splitlines():
+        log("  " + line[:2000])
+    if p.stderr.strip():
+        log("  stderr: " + p.stderr.strip()[-3000:])
+    return p.returncode == 0
+
+
+def stub_run(shots):
+    srv, _ = metrics_stub.serve(0)
+    port = srv.server_address[1]
+    try:
+        base = f"http://127.0.0.1:{port}"
+        args = ["--url", base, "--freeze-url", f"{base}/stub/freeze?endpoint=e2", "--stale", "e2",
+                "--fresh", "e1,e3", "--rejects-url", f"{base}/stub/rejects?per_s=8"]
+        if shots:
+            args += ["--screenshot", os.path.join(shots, "stub.png")]
+        return run_spec(args)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+class Proc:
+    def __init__(self, args, name):
+        self.name = name
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err = []
+        threading.Thread(target=self._drain_err, daemon=True).start()
+
+    def _drain_err(self):
+        for line in self.p.stderr:
+            self.err.append(line)
+            del self.err[:-50]
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=10)
+
+
+def start_sim(sluice, replicas=3):
+    sim = Proc([sluice, "sim", "--replicas", str(replicas), "--base-port", "0", "--seed", "7"], "sim")
+    ports = []
+    deadline = time.time() + 30
+    while len(ports) < replicas and time.time() < deadline:
+        line = sim.p.stdout.readline()
+        if not line:
+            break
+        if "listening on" in line:
+            ports.append(int(line.rsplit(":", 1)[1]))
+    if len(ports) < replicas:
+        sim.stop()
+        raise RuntimeError("sluice sim did not report its ports: " + "".join(sim.err[-10:]))
+    threading.Thread(target=lambda: [None for _ in sim.p.stdout], daemon=True).start()
+    return sim, ports
+
+
+def load_loop(port, stop, model, counts):
+    """Closed-loop chat load: shared system prompt + per-user suffix, short outputs, bounded by `stop`."""
+    system = "You are a careful assistant for the sluice operations team. " * 20
+    i = 0
+    while not stop.is_set():
+        i += 1
+        body = json.dumps({"model": model, "max_tokens": 24, "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"question {i % 13}: how is the fleet doing?"}]})
+        try:
+            status, _ = http_req(port, "POST", "/v1/chat/completions", body, timeout=30)
+            counts[status] = counts.get(status, 0) + 1
+        except OSError as e:
+            counts[type(e).__name__] = counts.get(type(e).__name__, 0) + 1
+            time.sleep(0.05)
+
+
+def real_run(sluice, shots, require_real):
+    """Returns True (passed), False (failed) or None (skipped: the gateway does not serve /dashboard)."""
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    procs = []
+    stop = threading.Event()
+    tmp = tempfile.mkdtemp(prefix="sluice-dash-")
+    try:
+        sim, ports = start_sim(sluice)
+        procs.append(sim)
+        listen, admin = free_port(), free_port()
+        eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}}}" for i, p in enumerate(ports))
+        cfg = os.path.join(tmp, "sluice.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"""listen: 127.0.0.1:{listen}
+admin: 127.0.0.1:{admin}
+workers: 2
+pools:
+  - name: chat
+    kind: chat
+    endpoints:
+{eps}
+    scrape: {{interval_ms: 50, stale_after_ms: 500}}
+models:
+  - {{name: {model}, pool: chat}}
+""")
+        gw = Proc([sluice, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
+        procs.append(gw)
+        deadline = time.time() + 30
+        ok = False
+        while time.time() < deadline and gw.p.poll() is None:
+            try:
+                ok = http_req(admin, "GET", "/metrics")[0] == 200
+            except OSError:
+                ok = False
+            if ok:
+                break
+            time.sleep(0.2)
+        if not ok:
+            msg = f"sluice serve did not answer /metrics on the admin listener: {''.join(gw.err[-10:])}"
+            if require_real:
+                log("FAILED: " + msg)
+                return False
+            log("SKIP real run: " + msg)
+            return None
+        status, body = http_req(admin, "GET", "/dashboard")
+        if status != 200 or b"sluiceDashboard" not in http_req(admin, "GET", "/dashboard/app.js")[1]:
+            msg = (f"the admin listener does not serve the dashboard yet (GET /dashboard -> {status}); "
+                   "wire it to find_dashboard_asset() (src/gateway/dashboard_assets.h)")
+            if require_real:
+                log("FAILED: " + msg)
+                return False
+            log("SKIP real run: " + msg)
+            return None
+
+        counts = {}
+        workers = [threading.Thread(target=load_loop, args=(listen, stop, model, counts), daemon=True) for _ in range(6)]
+        for w in workers:
+            w.start()
+        # Wait for traffic to reach every replica and the gateway to report it.
+        deadline = time.time() + 30
+        text = ""
+        while time.time() < deadline:
+            text = http_req(admin, "GET", "/metrics")[1].decode()
+            if all(f'endpoint="replica-{i}"' in text for i in range(3)) and "sluice_picks_total" in text \
+                    and "sluice_endpoint_stale" in text:
+                break
+            time.sleep(0.5)
+        log(f"load so far: {counts}")
+        args = ["--url", f"http://127.0.0.1:{admin}",
+                "--freeze-url", f"http://127.0.0.1:{ports[1]}/admin/faults", "--freeze-body", '{"metrics":"freeze"}',
+                "--stale", "replica-1", "--fresh", "replica-0,replica-2"]
+        if shots:
+            args += ["--screenshot", os.path.join(shots, "real.png")]
+        passed = run_spec(args, timeout=200)
+        log(f"load requests by status: {counts}")
+        if not passed:
+            log("gateway stderr tail:\n" + "".join(gw.err[-20:]))
+        return passed
+    finally:
+        stop.set()
+        for p in reversed(procs):
+            p.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", default=None)
+    ap.add_argument("--require-real", action="store_true", help="fail when sluice does not serve /dashboard")
+    ap.add_argument("--screenshots", default=None, help="directory for before/stale screenshots")
+    ap.add_argument("--only", choices=["stub", "real"], default=None)
+    a = ap.parse_args()
+    ensure_browser_tooling()
+    if a.screenshots:
+        os.makedirs(a.screenshots, exist_ok=True)
+    passed = failed = skipped = 0
+    if a.only in (None, "stub"):
+        log("== dashboard against the /metrics stub")
+        if stub_run(a.screenshots):
+            passed += 1
+        else:
+            failed += 1
+    if a.only in (None, "real"):
+        log("== dashboard against sluice sim + sluice serve")
+        if not a.sluice or not os.path.exists(a.sluice):
+            if a.require_real:
+                log(f"FAILED: no sluice binary at {a.sluice}")
+                failed += 1
+            else:
+                log(f"SKIP real run: no sluice binary ({a.sluice})")
+                skipped += 1
+        else:
+            r = real_run(a.sluice, a.screenshots, a.require_real)
+            if r is None:
+                skipped += 1
+            elif r:
+                passed += 1
+            else:
+                failed += 1
+    log(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
