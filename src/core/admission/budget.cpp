@@ -62,16 +62,18 @@ OutputBound output_bound_for(std::optional<int64_t> requested, int64_t default_m
   return {std::max<int64_t>(1, default_max_output), true};
 }
 
-std::vector<std::pair<std::string, std::string>> RateLimitStatus::headers() const {
-  std::vector<std::pair<std::string, std::string>> out;
-  auto emit = [&](const Dim& d, std::string_view what) {
+HeaderList RateLimitStatus::headers() const {
+  HeaderList out;
+  out.reserve(6);
+  auto emit = [&](const Dim& d, const char* limit, const char* remaining, const char* reset) {
     if (!d.present) return;
-    out.emplace_back(fmt::format("x-ratelimit-limit-{}", what), std::to_string(d.limit));
-    out.emplace_back(fmt::format("x-ratelimit-remaining-{}", what), std::to_string(d.remaining));
-    out.emplace_back(fmt::format("x-ratelimit-reset-{}", what), format_go_duration(d.reset));
+    out.emplace_back(limit, std::to_string(d.limit));
+    out.emplace_back(remaining, std::to_string(d.remaining));
+    out.emplace_back(reset, format_go_duration(d.reset));
   };
-  emit(requests, "requests");
-  emit(tokens, "tokens");
+  emit(requests, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
+       "x-ratelimit-reset-requests");
+  emit(tokens, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens");
   return out;
 }
 

@@ -85,7 +85,7 @@ struct RateLimitStatus {
   Dim requests;
   Dim tokens;
   // x-ratelimit-limit-requests, ...-remaining-requests, ...-reset-requests, same for tokens.
-  std::vector<std::pair<std::string, std::string>> headers() const;
+  HeaderList headers() const;
 };
 
 class Budget;

@@ -47,8 +47,8 @@ std::string format_go_duration(Duration d) {
   return sec + "s";
 }
 
-std::vector<std::pair<std::string, std::string>> Denial::headers() const {
-  std::vector<std::pair<std::string, std::string>> out;
+HeaderList Denial::headers() const {
+  HeaderList out;
   if (retry_after > Duration::zero()) {
     const int64_t ms = (retry_after.count() + 999'999) / 1'000'000;
     const int64_t secs = std::max<int64_t>(1, (ms + 999) / 1000);

@@ -52,6 +52,9 @@ Duration jittered(Duration wait, AdmissionRng& rng, const JitterPolicy& policy =
 // Go duration format, milliseconds, rounded up ("20ms", "1.146s", "6m0s").
 std::string format_go_duration(Duration d);
 
+// Response headers produced by the admission layer; names are static literals.
+using HeaderList = std::vector<std::pair<std::string_view, std::string>>;
+
 struct Denial {
   RejectReason reason = RejectReason::rate_limit;
   ApiError error;                  // status + OpenAI error fields; body = error_json(error)
@@ -59,7 +62,7 @@ struct Denial {
   bool should_retry = true;        // false -> `x-should-retry: false`
 
   // Extra response headers for this denial: retry-after, retry-after-ms, x-should-retry.
-  std::vector<std::pair<std::string, std::string>> headers() const;
+  HeaderList headers() const;
 };
 
 Denial unauthorized_denial(bool key_missing);

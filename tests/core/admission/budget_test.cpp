@@ -29,7 +29,7 @@ RateLimits tpm(int64_t rpm, int64_t in, int64_t out) {
   return l;
 }
 
-std::string header(const std::vector<std::pair<std::string, std::string>>& h, std::string_view name) {
+std::string header(const HeaderList& h, std::string_view name) {
   for (const auto& [k, v] : h)
     if (k == name) return v;
   return "<absent>";

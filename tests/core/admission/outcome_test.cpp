@@ -51,15 +51,15 @@ TEST(AdmissionOutcome, RetryHeaders) {
   d.retry_after = milliseconds(1146);
   auto h = d.headers();
   ASSERT_EQ(h.size(), 2u);
-  EXPECT_EQ(h[0], (std::pair<std::string, std::string>{"retry-after", "2"}));
-  EXPECT_EQ(h[1], (std::pair<std::string, std::string>{"retry-after-ms", "1146"}));
+  EXPECT_EQ(h[0], (std::pair<std::string_view, std::string>{"retry-after", "2"}));
+  EXPECT_EQ(h[1], (std::pair<std::string_view, std::string>{"retry-after-ms", "1146"}));
   d.retry_after = milliseconds(20);
   EXPECT_EQ(d.headers()[0].second, "1");  // at least one second
   Denial none;
   none.should_retry = false;
   h = none.headers();
   ASSERT_EQ(h.size(), 1u);
-  EXPECT_EQ(h[0], (std::pair<std::string, std::string>{"x-should-retry", "false"}));
+  EXPECT_EQ(h[0], (std::pair<std::string_view, std::string>{"x-should-retry", "false"}));
 }
 
 TEST(AdmissionOutcome, QueueDenials) {
