@@ -64,6 +64,14 @@ def main():
         if f"alert: {alert}\n" not in rules:
             failures.append(f"alert {alert} missing from sluice-alerts.yml")
 
+    # Every runbook link in the rules points at a heading of docs/operations.md.
+    ops = open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8").read()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", ops, re.M)}
+    for a in sorted(set(re.findall(r"docs/operations\.md#([a-z0-9-]+)", rules))):
+        if a not in anchors:
+            failures.append(f"alert rules link docs/operations.md#{a}, which has no such heading")
+
     if failures:
         print("\n".join(failures))
         print("0 passed, 1 failed")
