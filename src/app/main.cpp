@@ -2,10 +2,12 @@
 //   sluice serve     the gateway (with no config: in front of an embedded simulated fleet)
 //   sluice validate  check a config file and print what it defines
 //   sluice sim       the engine simulator (N vLLM-compatible replicas on loopback ports)
+//   sluice fleetsim  policy comparisons on a simulated fleet in virtual time
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "core/config.h"
+#include "fleetsim/fleetsim_command.h"
 #include "gateway/serve_command.h"
 #include "sim/sim_command.h"
 
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   sluice::add_serve_command(app);
   add_validate_command(app);
   sluice::add_sim_command(app);
+  sluice::add_fleetsim_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -1,0 +1,349 @@
+#include "fleetsim/fleet_sim.h"
+
+#include <chrono>
+#include <deque>
+#include <fmt/format.h>
+#include <queue>
+#include <unordered_map>
+
+#include "core/config.h"
+#include "core/json_escape.h"
+#include "core/picker/oracle_policy.h"
+#include "core/picker/policy_factory.h"
+#include "core/picker/pool_router.h"
+#include "core/request.h"
+
+namespace sluice::fleetsim {
+namespace {
+
+using workload::RequestRecord;
+using workload::WorkloadRequest;
+
+enum class EventKind { arrival, step_end, scrape };
+
+struct Event {
+  Time t;
+  uint64_t seq;
+  EventKind kind;
+  size_t replica;
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+// One request between its arrival and its last token.
+struct Flight {
+  std::string tenant;
+  Time sent{};
+  Time dispatched{};
+  std::optional<Time> first_token;
+  int64_t input_tokens = 0;
+  int64_t output_tokens = 0;
+  DispatchGuard guard;
+};
+
+struct Replica {
+  std::unique_ptr<engine::Engine> engine;
+  Duration busy{}, busy_at_scrape{};
+};
+
+PoolConfig pool_config(const FleetConfig& cfg) {
+  PoolConfig pool;
+  pool.name = "fleet";
+  pool.policy = cfg.policy;
+  pool.policy_params = cfg.policy_params;
+  pool.scrape.interval = cfg.scrape_interval;
+  pool.scrape.stale_after = cfg.stale_after;
+  pool.max_in_flight_per_endpoint = cfg.max_in_flight_per_endpoint > 0 ? cfg.max_in_flight_per_endpoint : 1 << 30;
+  for (size_t i = 0; i < cfg.replicas; ++i) {
+    EndpointConfig e;
+    e.name = fmt::format("replica-{}", i);
+    e.address = Address{"127.0.0.1", uint16_t(20000 + i % 40000)};
+    pool.endpoints.push_back(e);
+  }
+  return pool;
+}
+
+class Simulation {
+ public:
+  Simulation(const FleetConfig& cfg, std::unique_ptr<workload::Workload> wl) : cfg_(cfg), wl_(std::move(wl)) {
+    const auto pool = pool_config(cfg);
+    std::unique_ptr<Policy> policy;
+    if (cfg.policy == "oracle") {
+      PolicyParams params(pool);
+      auto sp = SluiceParams::from(params);
+      params.reject_unknown("oracle");
+      policy = std::make_unique<OraclePolicy>(
+          [this](size_t endpoint, const PickRequest&) { return true_cached_tokens(endpoint); }, sp, pool.kind);
+    } else {
+      policy = make_policy(pool, cfg.seed);
+    }
+    router_ = std::make_unique<PoolRouter>(pool, std::move(policy));
+    for (size_t i = 0; i < cfg.replicas; ++i) {
+      auto ec = cfg.engine;
+      ec.seed = cfg.engine.seed + i * 7919;
+      replicas_.push_back(Replica{std::make_unique<engine::Engine>(ec)});
+    }
+  }
+
+  FleetResult run() {
+    const auto wall0 = std::chrono::steady_clock::now();
+    if (wl_->arrivals().kind == workload::ArrivalKind::concurrency) {
+      for (int i = 0; i < wl_->arrivals().concurrency; ++i) pull_next(Time{});
+    } else {
+      pull_next(Time{});
+    }
+    push(Time{}, EventKind::scrape, 0);
+    while (!events_.empty()) {
+      const Event e = events_.top();
+      events_.pop();
+      now_ = e.t;
+      switch (e.kind) {
+        case EventKind::arrival: on_arrival(); break;
+        case EventKind::step_end: on_step_end(e.replica); break;
+        case EventKind::scrape: on_scrape(); break;
+      }
+    }
+    FleetResult r;
+    r.figures = workload::summarize(records_, cfg_.slo);
+    r.workload_description = wl_->describe();
+    int64_t q = 0, h = 0;
+    r.picks_min = INT64_MAX;
+    const auto snap = router_->snapshot(now_);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const auto& c = replicas_[i].engine->counters();
+      q += c.prefix_queries, h += c.prefix_hits;
+      r.preemptions += c.preemptions;
+      r.steps += c.steps;
+      r.picks_min = std::min(r.picks_min, snap[i].load.picks_total);
+      r.picks_max = std::max(r.picks_max, snap[i].load.picks_total);
+    }
+    r.prefix_hit_rate = q ? double(h) / double(q) : 0.0;
+    r.figures.prefix_hit_rate = r.prefix_hit_rate;
+    r.mean_kv_usage = kv_samples_ ? kv_sum_ / double(kv_samples_) : 0.0;
+    r.virtual_seconds = to_seconds(now_);
+    r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    return r;
+  }
+
+ private:
+  void push(Time t, EventKind k, size_t replica) { events_.push(Event{t, seq_++, k, replica}); }
+
+  // Takes the next workload request (if any) and schedules its arrival.
+  void pull_next(Time not_before) {
+    if (exhausted_) return;
+    auto r = wl_->next();
+    if (!r) {
+      exhausted_ = true;
+      return;
+    }
+    const Time t = std::max(not_before, Time(r->arrival));
+    pending_.push_back(std::move(*r));
+    push(t, EventKind::arrival, 0);
+  }
+
+  bool closed_loop() const { return wl_->arrivals().kind == workload::ArrivalKind::concurrency; }
+  bool done() const { return exhausted_ && flights_.empty() && gateway_queue_.empty() && pending_.empty(); }
+
+  void on_arrival() {
+    WorkloadRequest req = std::move(pending_.front());
+    pending_.pop_front();
+    if (!closed_loop()) pull_next(now_);
+    const uint64_t id = next_id_++;
+    if (router_->at_capacity()) {
+      gateway_queue_.push_back(Queued{std::move(req), id, now_});
+      return;
+    }
+    dispatch(std::move(req), id, now_);
+  }
+
+  struct Queued {
+    WorkloadRequest req;
+    uint64_t id;
+    Time sent;
+  };
+
+  void dispatch(WorkloadRequest req, uint64_t id, Time sent) {
+    const std::string text = req.rendered();
+    PickRequest pick;
+    pick.kind = req.kind;
+    pick.model = req.adapter.empty() ? std::string_view(req.model) : std::string_view("llama");
+    pick.adapter = req.adapter;
+    pick.text = text;
+    pick.input_tokens = estimate_tokens(text);
+    pick.max_output_tokens = req.kind == ApiKind::embedding ? 0 : req.max_tokens;
+    engine::EngineRequest er;
+    er.id = id;
+    er.prompt = engine::tokenize(text);
+    er.max_output_tokens = req.kind == ApiKind::embedding ? 1 : req.max_tokens;
+    er.adapter = req.adapter;
+    er.embedding = req.kind == ApiKind::embedding;
+    er.arrival = sent;
+    if (!req.adapter.empty()) saw_adapter_ = true;
+    if (cfg_.policy == "oracle") {
+      current_hashes_.clear();
+      engine::extend_block_hashes(er.prompt, engine::extra_keys_hash(er.adapter, er.cache_salt),
+                                  cfg_.engine.block_size, current_hashes_);
+      current_tokens_ = int64_t(er.prompt.size());
+    }
+    auto ranked = router_->rank(pick, now_);
+    Flight f;
+    f.tenant = req.tenant;
+    f.sent = sent;
+    f.dispatched = now_;
+    f.input_tokens = int64_t(er.prompt.size());
+    if (ranked.empty()) {
+      record(f, 503);
+      return;
+    }
+    const auto& chosen = ranked.front();
+    f.guard = router_->dispatch(pick, chosen, now_);
+    auto& rep = replicas_[chosen.endpoint];
+    const auto err = rep.engine->submit(std::move(er), now_);
+    if (err != engine::SubmitError::none) {
+      f.guard.release();
+      record(f, 400);
+      return;
+    }
+    flights_.emplace(id, std::move(f));
+    if (!rep.engine->step_in_flight()) begin_step(chosen.endpoint);
+  }
+
+  int64_t true_cached_tokens(size_t endpoint) const {
+    const auto& bm = replicas_[endpoint].engine->blocks();
+    const int64_t max_blocks = std::max<int64_t>(0, (current_tokens_ - 1) / bm.block_size());
+    return bm.cached_prefix_blocks(current_hashes_, max_blocks) * bm.block_size();
+  }
+
+  void begin_step(size_t i) {
+    auto& rep = replicas_[i];
+    if (auto d = rep.engine->begin_step(now_)) {
+      rep.busy += *d;
+      push(now_ + *d, EventKind::step_end, i);
+    }
+  }
+
+  void on_step_end(size_t i) {
+    auto& rep = replicas_[i];
+    auto result = rep.engine->end_step(now_);
+    for (const auto& out : result.outputs) {
+      auto it = flights_.find(out.id);
+      if (it == flights_.end()) continue;
+      auto& f = it->second;
+      if (out.first_token && !f.first_token) {
+        f.first_token = now_;
+        f.guard.on_first_token();
+      }
+      if (out.new_tokens > 0) f.guard.on_tokens(out.new_tokens);
+      f.output_tokens = out.output_tokens;
+      if (out.finished) {
+        const int status = *out.finished == engine::FinishReason::abort ? 500 : 200;
+        f.guard.release();
+        record(f, status);
+        flights_.erase(it);
+        on_slot_freed();
+      }
+    }
+    if (rep.engine->has_work()) begin_step(i);
+  }
+
+  void on_slot_freed() {
+    while (!gateway_queue_.empty() && !router_->at_capacity()) {
+      auto q = std::move(gateway_queue_.front());
+      gateway_queue_.pop_front();
+      dispatch(std::move(q.req), q.id, q.sent);
+    }
+    if (closed_loop()) pull_next(now_);
+  }
+
+  void record(const Flight& f, int status) {
+    RequestRecord r;
+    r.tenant = f.tenant;
+    r.status = status;
+    r.arrival = f.sent;
+    if (f.first_token) r.ttft = *f.first_token - f.sent;
+    r.e2e = now_ - f.sent;
+    r.queue = f.dispatched - f.sent;
+    r.input_tokens = f.input_tokens;
+    r.output_tokens = f.output_tokens;
+    records_.push_back(std::move(r));
+    if (status != 200 && closed_loop()) pull_next(now_);
+  }
+
+  void on_scrape() {
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      auto& rep = replicas_[i];
+      const auto& eng = *rep.engine;
+      EngineSignals s;
+      s.scraped_at = now_;
+      s.waiting = double(eng.num_waiting());
+      s.running = double(eng.num_running());
+      s.kv_usage = eng.blocks().usage();
+      s.block_size = eng.blocks().block_size();
+      s.kv_capacity_blocks = eng.blocks().num_blocks();
+      s.prefix_queries = double(eng.counters().prefix_queries);
+      s.prefix_hits = double(eng.counters().prefix_hits);
+      s.duty_cycle = std::min(1.0, to_seconds(rep.busy - rep.busy_at_scrape) / to_seconds(cfg_.scrape_interval));
+      rep.busy_at_scrape = rep.busy;
+      if (saw_adapter_ && cfg_.engine.max_loras > 0) {
+        auto st = eng.stats(now_);
+        s.lora_running = std::move(st.running_adapters);
+        s.lora_waiting = std::move(st.waiting_adapters);
+        s.max_lora = cfg_.engine.max_loras;
+      }
+      kv_sum_ += s.kv_usage;
+      kv_samples_ += 1;
+      router_->update_signals(i, std::move(s));
+    }
+    if (!done()) push(now_ + cfg_.scrape_interval, EventKind::scrape, 0);
+  }
+
+  const FleetConfig& cfg_;
+  std::unique_ptr<workload::Workload> wl_;
+  std::unique_ptr<PoolRouter> router_;
+  std::vector<Replica> replicas_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::deque<WorkloadRequest> pending_;
+  std::deque<Queued> gateway_queue_;
+  std::unordered_map<uint64_t, Flight> flights_;
+  std::vector<RequestRecord> records_;
+  std::vector<engine::BlockHash> current_hashes_;
+  int64_t current_tokens_ = 0;
+  Time now_{};
+  uint64_t seq_ = 0, next_id_ = 1;
+  bool exhausted_ = false, saw_adapter_ = false;
+  double kv_sum_ = 0;
+  int64_t kv_samples_ = 0;
+};
+
+}  // namespace
+
+std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg) {
+  if (cfg.replicas < 1 || cfg.replicas > 10000) return std::string("replicas must be in [1, 10000]");
+  if (auto e = cfg.engine.validate(); !e.empty()) return "engine: " + e;
+  if (cfg.scrape_interval <= Duration::zero()) return std::string("scrape interval must be positive");
+  auto wl = workload::make_workload(cfg.workload, cfg.arrivals, cfg.limits, cfg.seed);
+  if (auto* e = std::get_if<std::string>(&wl)) return *e;
+  try {
+    Simulation sim(cfg, std::move(std::get<0>(wl)));
+    return sim.run();
+  } catch (const ConfigError& e) {
+    return std::string(e.what());
+  }
+}
+
+std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
+  std::string out = "{\"policy\":";
+  append_json_string(out, cfg.policy);
+  out += fmt::format(",\"replicas\":{},\"seed\":{},\"workload\":", cfg.replicas, cfg.seed);
+  append_json_string(out, r.workload_description);
+  out += ",\"arrivals\":";
+  append_json_string(out, cfg.arrivals.describe());
+  out += fmt::format(",\"offered_rate\":{},", cfg.arrivals.kind == workload::ArrivalKind::concurrency ? 0.0 : cfg.arrivals.rate);
+  out += fmt::format("\"fleet\":{{\"prefix_hit_rate\":{:.6g},\"preemptions\":{},\"picks_min\":{},\"picks_max\":{},"
+                     "\"mean_kv_usage\":{:.6g},\"steps\":{},\"virtual_s\":{:.6g},\"wall_s\":{:.6g}}},",
+                     r.prefix_hit_rate, r.preemptions, r.picks_min, r.picks_max, r.mean_kv_usage, r.steps,
+                     r.virtual_seconds, r.wall_seconds);
+  out += "\"figures\":" + workload::to_json(r.figures) + "}";
+  return out;
+}
+
+}  // namespace sluice::fleetsim

@@ -1,0 +1,63 @@
+// The fleet simulator: N simulated vLLM replicas (core/engine) behind the gateway's own
+// PoolRouter and policies, on a virtual clock, with no sockets. Deterministic for a seed.
+//
+// One event queue, ordered by (time, sequence):
+//   arrival     the next workload request: rank + dispatch through the PoolRouter (the policy
+//               learns from the dispatch exactly as in the live gateway), then Engine::submit;
+//               a replica that was idle begins a step.
+//   step end    Engine::end_step on that replica: first tokens, tokens and finishes drive the
+//               request's DispatchGuard (on_first_token / on_tokens / release) and its record;
+//               the replica begins its next step while it has work.
+//   scrape      every scrape interval, each replica's stats are copied into EngineSignals
+//               (waiting, running, KV usage, block size, capacity, prefix counters, LoRA, duty
+//               cycle) through PoolRouter::update_signals, as the live scraper does.
+// Gateway queue (optional, --max-in-flight): when every replica is at the pool's in-flight cap, a
+// request waits in a FIFO at the gateway and is dispatched when a request finishes (late binding).
+// The `oracle` policy is OraclePolicy with its callback wired to the replicas' true KV caches.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/workload/stats.h"
+#include "core/workload/workload.h"
+
+namespace sluice::fleetsim {
+
+struct FleetConfig {
+  size_t replicas = 8;
+  engine::EngineConfig engine;           // every replica (seed varied per replica)
+  std::string policy = "sluice";         // a policy_factory name, or "oracle"
+  std::map<std::string, double> policy_params;
+  Duration scrape_interval = std::chrono::milliseconds(50);
+  Duration stale_after = std::chrono::milliseconds(500);
+  int max_in_flight_per_endpoint = 0;    // 0 = no gateway queue (dispatch at once)
+  std::string workload;                  // spec, see core/workload/workload.h
+  workload::ArrivalSpec arrivals;
+  workload::WorkloadLimits limits;
+  workload::SloSpec slo;
+  uint64_t seed = 1;
+};
+
+struct FleetResult {
+  workload::Figures figures;
+  std::string workload_description;
+  double prefix_hit_rate = 0;            // engines: hits / queries (tokens)
+  int64_t preemptions = 0;
+  int64_t picks_min = 0, picks_max = 0;  // requests dispatched per replica
+  double mean_kv_usage = 0;              // mean over scrapes and replicas
+  double virtual_seconds = 0, wall_seconds = 0;
+  int64_t steps = 0;
+};
+
+// Runs one configuration to completion (every request finished). Error message on bad config.
+std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg);
+
+// {"policy":..., "figures":{...}, "fleet":{...}} on one line.
+std::string result_json(const FleetConfig& cfg, const FleetResult& r);
+
+}  // namespace sluice::fleetsim

@@ -1,0 +1,212 @@
+// `sluice fleetsim --policy round_robin,sluice --rates 2,4,8 --workload shared_prefix:llmd`
+// runs every (policy, rate) pair on the same seed and workload, one after another (or --jobs in
+// parallel), and prints one table row per run (or JSON lines with --json).
+#include "fleetsim/fleetsim_command.h"
+
+#include <atomic>
+#include <fmt/format.h>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "core/engine/cost_model.h"
+#include "fleetsim/fleet_sim.h"
+
+namespace sluice {
+namespace {
+
+struct Flags {
+  size_t replicas = 8;
+  std::vector<std::string> policies{"sluice"};
+  std::vector<std::string> policy_params;
+  std::string workload = "shared_prefix:small";
+  std::string arrival = "poisson";
+  std::vector<double> rates{4.0};
+  double burstiness = 1.0;
+  int concurrency = 16;
+  int64_t requests = 1000;
+  double duration_s = 0;
+  uint64_t seed = 1;
+  std::string profile = std::string(engine::kDefaultProfile);
+  int64_t kv_blocks = 0, max_num_seqs = 0, max_num_batched_tokens = 0;
+  int max_loras = 4;
+  double lora_load_ms = 30, jitter = 0;
+  std::string prefix_caching = "on";
+  double scrape_ms = 50, stale_ms = 500;
+  int max_in_flight = 0;
+  double slo_ttft_ms = 1000, slo_itl_ms = 50;
+  bool json = false, tenants = false;
+  std::string json_out;
+  int jobs = 1;
+};
+
+std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
+  fleetsim::FleetConfig c;
+  c.replicas = f.replicas;
+  auto prof = engine::find_profile(f.profile);
+  if (!prof) return "unknown profile '" + f.profile + "'";
+  c.engine = engine::EngineConfig::from_profile(*prof);
+  if (f.kv_blocks > 0) c.engine.num_blocks = f.kv_blocks;
+  if (f.max_num_seqs > 0) c.engine.max_num_seqs = f.max_num_seqs;
+  if (f.max_num_batched_tokens > 0) c.engine.max_num_batched_tokens = f.max_num_batched_tokens;
+  c.engine.max_loras = f.max_loras;
+  c.engine.lora_load_ms = f.lora_load_ms;
+  c.engine.cost.jitter_sigma = f.jitter;
+  if (f.prefix_caching != "on" && f.prefix_caching != "off") return std::string("--prefix-caching is on|off");
+  c.engine.prefix_caching = f.prefix_caching == "on";
+  c.engine.seed = f.seed;
+  for (const auto& kv : f.policy_params) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return "--policy-param expects name=value, got '" + kv + "'";
+    char* end = nullptr;
+    const double v = std::strtod(kv.c_str() + eq + 1, &end);
+    if (end == kv.c_str() + eq + 1 || *end) return "--policy-param " + kv + ": not a number";
+    c.policy_params[kv.substr(0, eq)] = v;
+  }
+  c.scrape_interval = from_millis(f.scrape_ms);
+  c.stale_after = from_millis(f.stale_ms);
+  c.max_in_flight_per_endpoint = f.max_in_flight;
+  c.workload = f.workload;
+  if (!workload::parse_arrival_kind(f.arrival, c.arrivals.kind))
+    return "--arrival must be poisson, gamma or concurrency, got '" + f.arrival + "'";
+  c.arrivals.burstiness = f.burstiness;
+  c.arrivals.concurrency = f.concurrency;
+  c.limits.max_requests = f.requests;
+  if (f.duration_s > 0) c.limits.max_duration = from_seconds(f.duration_s);
+  c.slo.ttft = from_millis(f.slo_ttft_ms);
+  c.slo.itl = from_millis(f.slo_itl_ms);
+  c.seed = f.seed;
+  return c;
+}
+
+int run(const Flags& f) {
+  auto base = base_config(f);
+  if (auto* e = std::get_if<std::string>(&base)) {
+    fmt::print(stderr, "fleetsim: {}\n", *e);
+    return 2;
+  }
+  std::vector<fleetsim::FleetConfig> runs;
+  const bool closed = std::get<0>(base).arrivals.kind == workload::ArrivalKind::concurrency;
+  for (const auto& rate : closed ? std::vector<double>{0} : f.rates)
+    for (const auto& p : f.policies) {
+      auto c = std::get<0>(base);
+      c.policy = p;
+      c.arrivals.rate = rate;
+      runs.push_back(c);
+    }
+  std::vector<std::optional<fleetsim::FleetResult>> results(runs.size());
+  std::vector<std::string> errors(runs.size());
+  std::atomic<size_t> next{0};
+  std::mutex print_mu;
+  auto worker = [&] {
+    for (size_t i; (i = next++) < runs.size();) {
+      auto r = fleetsim::run_fleet(runs[i]);
+      std::lock_guard lock(print_mu);
+      if (auto* e = std::get_if<std::string>(&r)) {
+        errors[i] = *e;
+        fmt::print(stderr, "fleetsim: {} @ {}: {}\n", runs[i].policy, runs[i].arrivals.describe(), *e);
+        continue;
+      }
+      auto& res = std::get<0>(r);
+      res.figures.labels = {{"policy", runs[i].policy},
+                            {"replicas", std::to_string(runs[i].replicas)},
+                            {"rate", closed ? fmt::format("c{}", runs[i].arrivals.concurrency)
+                                            : fmt::format("{:g}", runs[i].arrivals.rate)}};
+      if (!f.json)
+        fmt::print(stderr, "  {} @ {}: {} requests, {:.0f} s virtual in {:.1f} s\n", runs[i].policy,
+                   runs[i].arrivals.describe(), res.figures.requests, res.virtual_seconds, res.wall_seconds);
+      results[i] = std::move(res);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < std::max(1, f.jobs); ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+
+  std::vector<workload::Figures> rows;
+  std::string json_lines;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (!results[i]) continue;
+    rows.push_back(results[i]->figures);
+    json_lines += fleetsim::result_json(runs[i], *results[i]) + "\n";
+  }
+  if (f.json) {
+    fmt::print("{}", json_lines);
+  } else if (!rows.empty()) {
+    fmt::print("workload: {}\n", results[0] ? results[0]->workload_description : f.workload);
+    fmt::print("{}", workload::to_table(rows));
+    fmt::print("\n{:>14}  {:>6}  {:>9}  {:>11}  {:>13}  {:>9}\n", "policy", "rate", "hit rate", "preemptions",
+               "picks min/max", "mean kv");
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (results[i])
+        fmt::print("{:>14}  {:>6}  {:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%\n", runs[i].policy,
+                   results[i]->figures.labels[2].second, results[i]->prefix_hit_rate * 100,
+                   results[i]->preemptions, fmt::format("{}/{}", results[i]->picks_min, results[i]->picks_max),
+                   results[i]->mean_kv_usage * 100);
+    if (f.tenants)
+      for (size_t i = 0; i < runs.size(); ++i)
+        if (results[i])
+          fmt::print("\n{} @ {}\n{}", runs[i].policy, results[i]->figures.labels[2].second,
+                     workload::tenant_table(results[i]->figures));
+  }
+  if (!f.json_out.empty()) {
+    std::ofstream out(f.json_out);
+    out << json_lines;
+    if (!out) {
+      fmt::print(stderr, "fleetsim: cannot write {}\n", f.json_out);
+      return 1;
+    }
+  }
+  for (const auto& e : errors)
+    if (!e.empty()) return 1;
+  return 0;
+}
+
+}  // namespace
+
+void add_fleetsim_command(CLI::App& app) {
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("fleetsim", "Compare picker policies on a simulated fleet in virtual time");
+  cmd->add_option("--replicas", flags->replicas, "Simulated replicas")->capture_default_str()->check(CLI::Range(1, 10000));
+  cmd->add_option("--policy", flags->policies,
+                  "Policies to compare, comma-separated: round_robin, random, least_request, power_of_two, "
+                  "cache_aware, llmd_default, sluice, oracle")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--policy-param", flags->policy_params, "Policy parameter name=value (repeatable)");
+  cmd->add_option("--workload", flags->workload,
+                  "Workload spec name[:preset][,key=value...]: shared_prefix[:llmd|llmd_low_cache|sglang|small|"
+                  "repetition], multi_turn, cost_mix, lora_mix, tenants, embeddings, replay,file=F")
+      ->capture_default_str();
+  cmd->add_option("--arrival", flags->arrival, "poisson | gamma | concurrency")->capture_default_str();
+  cmd->add_option("--rate,--rates", flags->rates, "Offered request rate(s) per second, comma-separated sweep")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--burstiness", flags->burstiness, "Gamma shape (1 = Poisson, < 1 burstier)")->capture_default_str();
+  cmd->add_option("--concurrency", flags->concurrency, "Requests in flight (--arrival concurrency)")->capture_default_str();
+  cmd->add_option("--requests", flags->requests, "Requests per run")->capture_default_str();
+  cmd->add_option("--duration", flags->duration_s, "Stop arrivals after this many (virtual) seconds");
+  cmd->add_option("--seed", flags->seed, "Seed of the workload, arrivals, policies and engines")->capture_default_str();
+  cmd->add_option("--profile", flags->profile, "Engine profile")->capture_default_str();
+  cmd->add_option("--kv-blocks", flags->kv_blocks, "KV blocks per replica (default: profile's)");
+  cmd->add_option("--max-num-seqs", flags->max_num_seqs, "Max running sequences per replica");
+  cmd->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "Token budget per step");
+  cmd->add_option("--max-loras", flags->max_loras, "LoRA adapters resident at once")->capture_default_str();
+  cmd->add_option("--lora-load-ms", flags->lora_load_ms, "Adapter load latency")->capture_default_str();
+  cmd->add_option("--jitter", flags->jitter, "Log-normal sigma of step-time jitter")->capture_default_str();
+  cmd->add_option("--prefix-caching", flags->prefix_caching, "on|off")->capture_default_str();
+  cmd->add_option("--scrape-ms", flags->scrape_ms, "Metrics scrape interval")->capture_default_str();
+  cmd->add_option("--stale-ms", flags->stale_ms, "Scraped metrics older than this are stale")->capture_default_str();
+  cmd->add_option("--max-in-flight", flags->max_in_flight,
+                  "Gateway in-flight cap per replica; beyond it requests queue at the gateway (0 = none)")
+      ->capture_default_str();
+  cmd->add_option("--slo-ttft-ms", flags->slo_ttft_ms, "Goodput SLO on TTFT")->capture_default_str();
+  cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
+  cmd->add_flag("--json", flags->json, "Print one JSON object per run instead of the table");
+  cmd->add_option("--json-out", flags->json_out, "Also write the JSON lines to this file");
+  cmd->add_flag("--tenants", flags->tenants, "Print per-tenant figures");
+  cmd->add_option("--jobs", flags->jobs, "Runs in parallel (threads)")->capture_default_str();
+  cmd->callback([flags] {
+    if (int rc = run(*flags); rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace sluice

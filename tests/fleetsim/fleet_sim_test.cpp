@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+
+#include "fleetsim/fleet_sim.h"
+
+namespace sluice::fleetsim {
+namespace {
+
+FleetConfig small_fleet(const std::string& policy, double rate = 8) {
+  FleetConfig c;
+  c.replicas = 4;
+  c.engine.num_blocks = 1500;  // ~24k tokens per replica: the prefixes do not fit everywhere
+  c.policy = policy;
+  c.workload = "shared_prefix,groups=16,prompts=4,system=1500,question=100,output=20";
+  c.arrivals.rate = rate;
+  c.limits.max_requests = 400;
+  c.seed = 3;
+  return c;
+}
+
+FleetResult run_ok(const FleetConfig& c) {
+  auto r = run_fleet(c);
+  if (auto* e = std::get_if<std::string>(&r)) {
+    ADD_FAILURE() << *e;
+    return {};
+  }
+  return std::get<0>(std::move(r));
+}
+
+TEST(FleetSim, EveryRequestCompletes) {
+  auto r = run_ok(small_fleet("round_robin"));
+  EXPECT_EQ(r.figures.requests, 400u);
+  EXPECT_EQ(r.figures.ok, 400u);
+  EXPECT_EQ(r.figures.ttft.n, 400u);
+  EXPECT_GT(r.figures.output_tokens_per_s, 0);
+  EXPECT_EQ(r.picks_min, 100);  // round robin: exactly even
+  EXPECT_EQ(r.picks_max, 100);
+  EXPECT_GT(r.prefix_hit_rate, 0.0);
+  EXPECT_GT(r.virtual_seconds, 40.0);  // 400 requests at 8/s
+}
+
+TEST(FleetSim, DeterministicForASeed) {
+  auto a = run_ok(small_fleet("sluice"));
+  auto b = run_ok(small_fleet("sluice"));
+  EXPECT_EQ(workload::to_json(a.figures), workload::to_json(b.figures));
+  EXPECT_EQ(a.steps, b.steps);
+  auto c = small_fleet("sluice");
+  c.seed = 4;
+  EXPECT_NE(workload::to_json(run_ok(c).figures), workload::to_json(a.figures));
+}
+
+TEST(FleetSim, CacheAwarePoliciesHitMoreThanRoundRobin) {
+  const auto rr = run_ok(small_fleet("round_robin"));
+  const auto sl = run_ok(small_fleet("sluice"));
+  const auto orc = run_ok(small_fleet("oracle"));
+  EXPECT_GT(sl.prefix_hit_rate, rr.prefix_hit_rate + 0.1);
+  EXPECT_GE(orc.prefix_hit_rate, rr.prefix_hit_rate);
+  EXPECT_LT(sl.figures.ttft.mean, rr.figures.ttft.mean);
+}
+
+TEST(FleetSim, EveryPolicyRuns) {
+  for (const char* p : {"random", "least_request", "power_of_two", "cache_aware", "llmd_default"}) {
+    auto r = run_ok(small_fleet(p));
+    EXPECT_EQ(r.figures.ok, 400u) << p;
+  }
+}
+
+TEST(FleetSim, GatewayQueueHoldsRequestsAtTheCap) {
+  auto c = small_fleet("least_request", 50);
+  c.max_in_flight_per_endpoint = 2;
+  auto r = run_ok(c);
+  EXPECT_EQ(r.figures.ok, 400u);
+  EXPECT_GT(r.figures.queue.max, 0.1);  // some waited at the gateway
+  auto open = run_ok(small_fleet("least_request", 50));
+  EXPECT_EQ(open.figures.queue.max, 0.0);
+}
+
+TEST(FleetSim, ClosedLoopConcurrency) {
+  auto c = small_fleet("round_robin");
+  c.arrivals.kind = workload::ArrivalKind::concurrency;
+  c.arrivals.concurrency = 3;
+  c.limits.max_requests = 60;
+  auto r = run_ok(c);
+  EXPECT_EQ(r.figures.ok, 60u);
+}
+
+TEST(FleetSim, TenantsAndLoraAndEmbeddings) {
+  auto c = small_fleet("sluice");
+  c.workload = "lora_mix,adapters=6,system=200,question=50,output=10";
+  EXPECT_EQ(run_ok(c).figures.ok, 400u);
+  c.workload = "tenants,input=100,output=10";
+  auto t = run_ok(c);
+  EXPECT_EQ(t.figures.tenants.size(), 4u);
+  EXPECT_GT(t.figures.tenants["noisy"].requests, t.figures.tenants["tenant-1"].requests * 5);
+}
+
+TEST(FleetSim, TooLongPromptIsRejectedNotFatal) {
+  auto c = small_fleet("round_robin");
+  c.engine.max_model_len = 1000;
+  auto r = run_ok(c);
+  EXPECT_EQ(r.figures.ok, 0u);
+  EXPECT_EQ(r.figures.by_status[400], 400u);
+}
+
+TEST(FleetSim, BadConfigIsAnError) {
+  auto c = small_fleet("no_such_policy");
+  auto r = run_fleet(c);
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("unknown policy"), std::string::npos);
+  c = small_fleet("sluice");
+  c.workload = "shared_prefix:nope";
+  EXPECT_TRUE(std::holds_alternative<std::string>(run_fleet(c)));
+  c = small_fleet("sluice");
+  c.replicas = 0;
+  EXPECT_TRUE(std::holds_alternative<std::string>(run_fleet(c)));
+}
+
+}  // namespace
+}  // namespace sluice::fleetsim
