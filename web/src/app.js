@@ -181,8 +181,10 @@
 
     // Cluster-level figures over the short window.
     const rps = P.rate(short, cur, "sluice_requests_total", filter);
-    const rejects = P.rate(short, cur, "sluice_rejects_total", filter);
-    const rejectsLong = P.rate(long, cur, "sluice_rejects_total", filter);
+    // No reject series yet (nothing rejected since start) while requests are counted: 0/s.
+    const orZero = (v, other) => (v == null && other != null ? 0 : v);
+    const rejects = orZero(P.rate(short, cur, "sluice_rejects_total", filter), rps);
+    const rejectsLong = orZero(P.rate(long, cur, "sluice_rejects_total", filter), P.rate(long, cur, "sluice_requests_total", filter));
     const rejectRatio = rps > 0 && rejects != null ? Math.min(1, rejects / rps) : rejects > 0 ? 1 : rps != null ? 0 : null;
     const hitsInc = P.increase(short, cur, "sluice_engine_prefix_cache_hits_tokens_total", filter);
     const queriesInc = P.increase(short, cur, "sluice_engine_prefix_cache_queries_tokens_total", filter);
@@ -192,7 +194,9 @@
     const predictedHit = promptInc > 0 ? predInc / promptInc : null;
     const duties = eps.map(([, e]) => gaugeOf(cur, "sluice_endpoint_duty_cycle_ratio", e)).filter((v) => v != null);
     const duty = duties.length ? duties.reduce((a, b) => a + b, 0) / duties.length : null;
-    const queueP99 = P.histogramQuantile(0.99, P.bucketIncrease(short, cur, "sluice_queue_time_seconds", filter));
+    // Requests flowing and none observed in the queue histogram in the window: nobody waited, p99 = 0.
+    const queueBuckets = P.bucketIncrease(short, cur, "sluice_queue_time_seconds", filter);
+    const queueP99 = P.histogramQuantile(0.99, queueBuckets) ?? (queueBuckets.size > 0 && rps > 0 ? 0 : null);
     const ttftP99 = P.histogramQuantile(0.99, P.bucketIncrease(short, cur, "sluice_ttft_seconds", filter));
     const queued = P.sum(cur, "sluice_queue_depth", filter);
 
