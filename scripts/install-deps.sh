@@ -9,7 +9,7 @@ PACKAGES=(
   libsimdjson-dev libyaml-cpp-dev libfmt-dev libspdlog-dev libxxhash-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   clang libclang-rt-14-dev curl python3 prometheus haproxy nginx-light wrk
-  nodejs chromium
+  nodejs chromium gnuplot-nox
 )
 
 missing=()
