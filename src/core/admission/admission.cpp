@@ -32,9 +32,9 @@ Admission::Admission(std::shared_ptr<const TenantRegistry> tenants, AdmissionCon
       limiter_(tenants_, &counters_, config_.concurrency_retry_base, config_.jitter),
       queue_(config_.queue, &counters_) {}
 
-AdmitResult Admission::admit(const Tenant& tenant, const AdmitRequest& req, bool pool_saturated, Time now,
+AdmissionResult Admission::admit(const Tenant& tenant, const AdmissionRequest& req, bool pool_saturated, Time now,
                              AdmissionRng& rng) {
-  AdmitResult out;
+  AdmissionResult out;
   SlotResult slot = limiter_.try_acquire(tenant, rng);
   if (!slot.ok()) {
     out.denial = std::move(slot.denial);

@@ -47,7 +47,7 @@ struct AdmissionConfig {
   JitterPolicy jitter;  // for rate-limit retry-after
 };
 
-struct AdmitRequest {
+struct AdmissionRequest {
   std::string_view model;
   int64_t input_tokens = 0;                     // estimate_tokens(rendered prompt)
   std::optional<int64_t> max_output_tokens;     // RequestModel::max_output_tokens
@@ -93,7 +93,7 @@ class AdmittedRequest {
   OutputBound bound_;
 };
 
-struct AdmitResult {
+struct AdmissionResult {
   AdmittedRequest request;       // valid() when admitted (queued)
   std::optional<Denial> denial;  // else why not
   HeaderList rate_limit_headers; // x-ratelimit-* for the response (success or 429)
@@ -106,7 +106,7 @@ class Admission {
   Admission(std::shared_ptr<const TenantRegistry> tenants, AdmissionConfig config = {});
 
   AuthResult authenticate(std::string_view authorization) const { return tenants_->authenticate(authorization); }
-  AdmitResult admit(const Tenant& tenant, const AdmitRequest& req, bool pool_saturated, Time now,
+  AdmissionResult admit(const Tenant& tenant, const AdmissionRequest& req, bool pool_saturated, Time now,
                     AdmissionRng& rng);
 
   std::optional<Dispatch> pop_next(Time now) { return queue_.pop_next(now); }

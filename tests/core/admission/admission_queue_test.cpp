@@ -12,13 +12,13 @@ QueueRequest req(TenantId t, int priority, int64_t input = 10, size_t bytes = 10
   return QueueRequest{t, 1.0, priority, input, bytes, cookie};
 }
 
-class QueueTest : public ::testing::Test {
+class AdmissionQueueTest : public ::testing::Test {
  protected:
   AdmissionRng rng{7};
   AdmissionCounters counters;
 };
 
-TEST_F(QueueTest, StrictPriorityBandsThenFcfsWithinTenant) {
+TEST_F(AdmissionQueueTest, StrictPriorityBandsThenFcfsWithinTenant) {
   AdmissionQueue q({}, &counters);
   const std::tuple<TenantId, int, uintptr_t> arrivals[] = {
       {0, 0, 1}, {0, -1, 2}, {0, 5, 3}, {0, 0, 4}, {0, 5, 5}, {0, 1, 6},
@@ -31,7 +31,7 @@ TEST_F(QueueTest, StrictPriorityBandsThenFcfsWithinTenant) {
   EXPECT_EQ(q.size(), 0u);
 }
 
-TEST_F(QueueTest, VtcBetweenTenantsInABand) {
+TEST_F(AdmissionQueueTest, VtcBetweenTenantsInABand) {
   AdmissionQueue q;
   // Heavy tenant 0 queued first with big prompts; light tenant 1 right after with small ones.
   for (uintptr_t i = 0; i < 3; ++i) ASSERT_TRUE(q.enqueue(req(0, 0, 1000, 100, 10 + i), true, Time{0}, rng).ok());
@@ -42,7 +42,7 @@ TEST_F(QueueTest, VtcBetweenTenantsInABand) {
   EXPECT_EQ(order, (std::vector<uintptr_t>{10, 20, 21, 22, 11, 12}));
 }
 
-TEST_F(QueueTest, OutputChargesSteerDispatch) {
+TEST_F(AdmissionQueueTest, OutputChargesSteerDispatch) {
   for (bool charge : {false, true}) {
     SCOPED_TRACE(charge);
     AdmissionQueue q;
@@ -60,7 +60,7 @@ TEST_F(QueueTest, OutputChargesSteerDispatch) {
   }
 }
 
-TEST_F(QueueTest, NewlyBackloggedTenantIsLiftedNotCredited) {
+TEST_F(AdmissionQueueTest, NewlyBackloggedTenantIsLiftedNotCredited) {
   AdmissionQueue q;
   // Tenant 0 is served alone for a while; tenant 1 was idle and must not bank that time.
   for (uintptr_t i = 0; i < 5; ++i) ASSERT_TRUE(q.enqueue(req(0, 0, 100, 100, i), true, Time{0}, rng).ok());
@@ -74,7 +74,7 @@ TEST_F(QueueTest, NewlyBackloggedTenantIsLiftedNotCredited) {
   EXPECT_EQ(order, (std::vector<uintptr_t>{3, 10, 4, 11}));
 }
 
-TEST_F(QueueTest, SheddableRefusedOnlyWhenSaturated) {
+TEST_F(AdmissionQueueTest, SheddableRefusedOnlyWhenSaturated) {
   AdmissionQueue q({}, &counters);
   EnqueueResult shed = q.enqueue(req(0, -1), true, Time{0}, rng);
   ASSERT_FALSE(shed.ok());
@@ -86,7 +86,7 @@ TEST_F(QueueTest, SheddableRefusedOnlyWhenSaturated) {
   EXPECT_EQ(counters.snapshot().rejected_for(RejectReason::shed), 1u);
 }
 
-TEST_F(QueueTest, BoundedInRequestsAndBytes) {
+TEST_F(AdmissionQueueTest, BoundedInRequestsAndBytes) {
   struct Case {
     const char* name;
     size_t max_requests, max_bytes;
@@ -121,7 +121,7 @@ TEST_F(QueueTest, BoundedInRequestsAndBytes) {
   }
 }
 
-TEST_F(QueueTest, TtlPerPriorityExpiresWith503) {
+TEST_F(AdmissionQueueTest, TtlPerPriorityExpiresWith503) {
   QueueConfig cfg;
   cfg.default_ttl = seconds(10);
   cfg.ttl_by_priority = {{5, seconds(2)}};
@@ -152,7 +152,7 @@ TEST_F(QueueTest, TtlPerPriorityExpiresWith503) {
   EXPECT_EQ(counters.snapshot().rejected_for(RejectReason::queue_timeout), 2u);
 }
 
-TEST_F(QueueTest, RemoveAndPlacementGuard) {
+TEST_F(AdmissionQueueTest, RemoveAndPlacementGuard) {
   AdmissionQueue q({}, &counters);
   EnqueueResult a = q.enqueue(req(0, 0, 10, 100, 1), true, Time{0}, rng);
   EnqueueResult b = q.enqueue(req(0, 0, 10, 100, 2), true, Time{0}, rng);
@@ -171,7 +171,7 @@ TEST_F(QueueTest, RemoveAndPlacementGuard) {
   EXPECT_FALSE(q.pop_next(Time{0}).has_value());
 }
 
-TEST_F(QueueTest, BandDepths) {
+TEST_F(AdmissionQueueTest, BandDepths) {
   AdmissionQueue q;
   ASSERT_TRUE(q.enqueue(req(0, 0, 1, 10), true, Time{0}, rng).ok());
   ASSERT_TRUE(q.enqueue(req(1, 0, 1, 20), true, Time{0}, rng).ok());

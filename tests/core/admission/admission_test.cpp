@@ -38,7 +38,7 @@ TEST_F(AdmissionTest, OneRequestStartToFinish) {
   Admission adm(registry(), cfg);
   AuthResult auth = adm.authenticate("Bearer sk-acme");
   ASSERT_TRUE(auth.ok());
-  AdmitResult r = adm.admit(*auth.tenant, {"m", 500, std::nullopt, std::nullopt, 2000, 77}, false, Time{0}, rng);
+  AdmissionResult r = adm.admit(*auth.tenant, {"m", 500, std::nullopt, std::nullopt, 2000, 77}, false, Time{0}, rng);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r.request.output_bound().inject_max_tokens);
   EXPECT_EQ(r.request.output_bound().tokens, 1000);
@@ -68,31 +68,31 @@ TEST_F(AdmissionTest, RefusalsReleaseEverythingTakenBefore) {
   cfg.queue.max_requests = 1;
   Admission adm(registry(), cfg);
   const Tenant& t = adm.tenants().tenant(0);
-  AdmitResult first = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 1}, true, Time{0}, rng);
+  AdmissionResult first = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 1}, true, Time{0}, rng);
   ASSERT_TRUE(first.ok());
   // Queue full: the second request's slot and reservation are given back at once.
-  AdmitResult full = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 2}, true, Time{0}, rng);
+  AdmissionResult full = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 2}, true, Time{0}, rng);
   ASSERT_FALSE(full.ok());
   EXPECT_EQ(full.denial->reason, RejectReason::queue_full);
   EXPECT_EQ(adm.limiter().in_flight(0), 1);
   EXPECT_EQ(adm.budget().outstanding(), 1);
   // Too large: refused before queueing, nothing held.
-  AdmitResult big = adm.admit(t, {"m", 20000, 10, std::nullopt, 10, 3}, false, Time{0}, rng);
+  AdmissionResult big = adm.admit(t, {"m", 20000, 10, std::nullopt, 10, 3}, false, Time{0}, rng);
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.denial->reason, RejectReason::too_large);
   EXPECT_NE(header(big.rate_limit_headers, "x-ratelimit-limit-requests"), "<absent>");
   // Sheddable per-request priority while saturated.
-  AdmitResult shed = adm.admit(t, {"m", 10, 10, -1, 10, 4}, true, Time{0}, rng);
+  AdmissionResult shed = adm.admit(t, {"m", 10, 10, -1, 10, 4}, true, Time{0}, rng);
   ASSERT_FALSE(shed.ok());
   EXPECT_EQ(shed.denial->reason, RejectReason::shed);
   // Concurrency: two held (one queued, one more now), the third refused.
-  AdmitResult second = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 5}, false, Time{0}, rng);
+  AdmissionResult second = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 5}, false, Time{0}, rng);
   ASSERT_FALSE(second.ok());  // queue still full (max 1)
   ASSERT_TRUE(adm.pop_next(Time{0}));
   first.request.on_dispatched();
-  AdmitResult third = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 6}, false, Time{0}, rng);
+  AdmissionResult third = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 6}, false, Time{0}, rng);
   ASSERT_TRUE(third.ok());
-  AdmitResult fourth = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 7}, false, Time{0}, rng);
+  AdmissionResult fourth = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 7}, false, Time{0}, rng);
   ASSERT_FALSE(fourth.ok());
   EXPECT_EQ(fourth.denial->reason, RejectReason::rate_limit);
   EXPECT_NE(fourth.denial->error.message.find("concurrent"), std::string::npos);
@@ -108,7 +108,7 @@ TEST_F(AdmissionTest, QueuedRequestDroppedLeavesQueueAndIsRefunded) {
   const Tenant& t = adm.tenants().tenant(0);
   const RateLimitStatus before = adm.budget().status(t, "m", Time{0});
   {
-    AdmitResult r = adm.admit(t, {"m", 3000, 3000, std::nullopt, 10, 1}, true, Time{0}, rng);
+    AdmissionResult r = adm.admit(t, {"m", 3000, 3000, std::nullopt, 10, 1}, true, Time{0}, rng);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(adm.queue().size(), 1u);
   }
@@ -125,7 +125,7 @@ TEST_F(AdmissionTest, ExpiredRequestGets503AndItsHolderReleases) {
   cfg.queue.default_ttl = seconds(5);
   Admission adm(registry(), cfg);
   const Tenant& t = adm.tenants().tenant(0);
-  AdmitResult r = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 9}, true, Time{0}, rng);
+  AdmissionResult r = adm.admit(t, {"m", 10, 10, std::nullopt, 10, 9}, true, Time{0}, rng);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.deadline, Time{seconds(5)});
   EXPECT_EQ(adm.next_deadline(), Time{seconds(5)});

@@ -5,7 +5,7 @@
 namespace sluice {
 namespace {
 
-TEST(Concurrency, SlotsAreBoundedAndReturnedByTheGuard) {
+TEST(AdmissionConcurrency, SlotsAreBoundedAndReturnedByTheGuard) {
   TenantsSpec s;
   TenantSpec t;
   t.name = "acme";
