@@ -32,6 +32,16 @@ struct Candidate {
   bool saturated = false;              // beyond queue / KV limits: only a last resort
 };
 
+// One named term of a policy's judgement of one endpoint, for explanations (/debug/pick).
+struct ScoreTerm {
+  std::string_view name;  // a static string
+  double value = 0;
+};
+struct Explanation {
+  size_t endpoint = 0;
+  std::vector<ScoreTerm> terms;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -43,6 +53,11 @@ class Policy {
   virtual void on_dispatch(const PickRequest& req, size_t endpoint, Time now) {}
   // The pool's endpoint list was replaced (reload): learned state for the old indices is void.
   virtual void on_endpoints_reset(size_t count) {}
+  // The terms behind rank()'s scores, one Explanation per endpoint (any order). Default: none.
+  virtual void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
+                       std::vector<Explanation>& out) {
+    out.clear();
+  }
 };
 
 }  // namespace sluice

@@ -1,6 +1,9 @@
 #include "core/picker/pool_router.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
 #include <utility>
 
 namespace sluice {
@@ -12,6 +15,7 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
     endpoint_ = o.endpoint_;
     prefill_ = o.prefill_;
     decode_ = o.decode_;
+    context_ = o.context_;
     decoding_ = o.decoding_;
   }
   return *this;
@@ -35,7 +39,7 @@ void DispatchGuard::on_tokens(int64_t n) {
 
 void DispatchGuard::release() {
   if (!router_) return;
-  router_->release(endpoint_, prefill_, decode_);
+  router_->release(endpoint_, prefill_, decode_, context_, decoding_);
   router_ = nullptr;
 }
 
@@ -76,7 +80,12 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   g.endpoint_ = chosen.endpoint;
   g.prefill_ = std::max<int64_t>(0, req.input_tokens - chosen.predicted_cached_tokens);
   g.decode_ = std::max<int64_t>(0, req.max_output_tokens);
+  g.context_ = std::max<int64_t>(0, req.input_tokens) + g.decode_;
   load.in_flight += 1;
+  load.prefill_requests += 1;
+  load.context_tokens += g.context_;
+  load.input_tokens_total += std::max<int64_t>(0, req.input_tokens);
+  load.predicted_cached_tokens_total += std::max<int64_t>(0, chosen.predicted_cached_tokens);
   load.prefill_tokens += g.prefill_;
   load.decode_tokens += g.decode_;
   load.assigned_since_scrape += 1;
@@ -85,10 +94,12 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   return g;
 }
 
-void PoolRouter::release(size_t endpoint, int64_t prefill, int64_t decode) {
+void PoolRouter::release(size_t endpoint, int64_t prefill, int64_t decode, int64_t context, bool decoding) {
   std::lock_guard lock(mu_);
   auto& load = endpoints_[endpoint].load;
   load.in_flight -= 1;
+  if (!decoding) load.prefill_requests -= 1;
+  load.context_tokens -= context;
   load.prefill_tokens -= prefill;
   load.decode_tokens -= decode;
 }
@@ -96,6 +107,7 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, int64_t decode) {
 void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, int64_t) {
   std::lock_guard lock(mu_);
   endpoints_[endpoint].load.prefill_tokens -= prefill;
+  endpoints_[endpoint].load.prefill_requests -= 1;
 }
 
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {
@@ -109,11 +121,13 @@ void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
   signals.present = true;
   ep.signals = std::move(signals);
   ep.load.assigned_since_scrape = 0;
+  ep.load.scrape_failures_in_row = 0;
 }
 
 void PoolRouter::record_scrape_error(size_t endpoint) {
   std::lock_guard lock(mu_);
   endpoints_.at(endpoint).load.scrape_errors_total += 1;
+  endpoints_.at(endpoint).load.scrape_failures_in_row += 1;
 }
 
 void PoolRouter::set_healthy(size_t endpoint, bool healthy) {
@@ -139,6 +153,83 @@ std::vector<EndpointSnapshot> PoolRouter::snapshot(Time now) const {
   out.reserve(endpoints_.size());
   for (const auto& ep : endpoints_)
     out.push_back({ep.config.name, ep.config.address.str(), is_stale(ep, now), ep.healthy, ep.signals, ep.load});
+  return out;
+}
+
+namespace {
+
+void append_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+        else out += c;
+    }
+  }
+  out += '"';
+}
+
+void append_number(std::string& out, double v) {
+  if (!std::isfinite(v)) out += "null";
+  else out += fmt::format("{}", v);
+}
+
+}  // namespace
+
+std::string PoolRouter::explain_json(const PickRequest& req, Time now) {
+  std::vector<Candidate> ranked = rank(req, now);
+  std::vector<Explanation> terms;
+  std::string out;
+  std::lock_guard lock(mu_);
+  views_.clear();
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    const auto& ep = endpoints_[i];
+    if (!ep.healthy) continue;
+    views_.push_back(EndpointView{i, ep.config.name, is_stale(ep, now), &ep.signals, &ep.load});
+  }
+  if (!views_.empty()) policy_->explain(req, views_, now, terms);
+  out += "{\"pool\":";
+  append_json_string(out, config_.name);
+  out += ",\"policy\":";
+  append_json_string(out, policy_->name());
+  out += fmt::format(",\"input_tokens\":{},\"candidates\":[", req.input_tokens);
+  for (size_t r = 0; r < ranked.size(); ++r) {
+    const Candidate& c = ranked[r];
+    const Endpoint& ep = endpoints_[c.endpoint];
+    if (r) out += ',';
+    out += "{\"endpoint\":";
+    append_json_string(out, ep.config.name);
+    out += fmt::format(",\"rank\":{},\"score\":", r);
+    append_number(out, c.score);
+    out += fmt::format(",\"predicted_cached_tokens\":{},\"saturated\":{},\"stale\":{}", c.predicted_cached_tokens,
+                       c.saturated, is_stale(ep, now));
+    out += fmt::format(",\"in_flight\":{},\"prefill_tokens\":{},\"assigned_since_scrape\":{}", ep.load.in_flight,
+                       ep.load.prefill_tokens, ep.load.assigned_since_scrape);
+    out += ",\"waiting\":";
+    append_number(out, ep.signals.present ? ep.signals.waiting : NAN);
+    out += ",\"running\":";
+    append_number(out, ep.signals.present ? ep.signals.running : NAN);
+    out += ",\"kv_usage\":";
+    append_number(out, ep.signals.present ? ep.signals.kv_usage : NAN);
+    out += ",\"terms\":{";
+    for (const auto& e : terms) {
+      if (e.endpoint != c.endpoint) continue;
+      for (size_t t = 0; t < e.terms.size(); ++t) {
+        if (t) out += ',';
+        append_json_string(out, e.terms[t].name);
+        out += ':';
+        append_number(out, e.terms[t].value);
+      }
+    }
+    out += "}}";
+  }
+  out += "]}";
   return out;
 }
 

@@ -41,6 +41,7 @@ class DispatchGuard {
   size_t endpoint_ = 0;
   int64_t prefill_ = 0;
   int64_t decode_ = 0;
+  int64_t context_ = 0;
   bool decoding_ = false;
 };
 
@@ -77,6 +78,15 @@ class PoolRouter {
   bool at_capacity() const;
   std::vector<EndpointSnapshot> snapshot(Time now) const;
 
+  // Explains the ranking of `req` (without dispatching): the policy, and per healthy endpoint in
+  // rank order its score, predicted cached tokens, saturation, staleness, the signals and load it
+  // was judged on, and the policy's own score terms (Policy::explain). A JSON object:
+  //   {"pool":..,"policy":..,"input_tokens":..,"candidates":[{"endpoint":..,"rank":..,"score":..,
+  //    "predicted_cached_tokens":..,"saturated":..,"stale":..,"in_flight":..,"prefill_tokens":..,
+  //    "assigned_since_scrape":..,"waiting":..,"running":..,"kv_usage":..,"terms":{..}}, ...]}
+  // Note: a policy with a random generator advances it, as a real pick would.
+  std::string explain_json(const PickRequest& req, Time now);
+
  private:
   friend class DispatchGuard;
   struct Endpoint {
@@ -85,7 +95,7 @@ class PoolRouter {
     EndpointLoad load;
     bool healthy = true;
   };
-  void release(size_t endpoint, int64_t prefill, int64_t decode);
+  void release(size_t endpoint, int64_t prefill, int64_t decode, int64_t context, bool decoding);
   void move_to_decode(size_t endpoint, int64_t prefill, int64_t decode);
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;

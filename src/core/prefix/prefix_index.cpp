@@ -48,6 +48,10 @@ void PrefixIndex::reset(size_t endpoints) {
   entries_ = distinct_ = 0;
 }
 
+void PrefixIndex::grow(size_t endpoints) {
+  if (endpoints > lrus_.size()) lrus_.resize(endpoints, Lru{kNil, kNil, 0, default_capacity_});
+}
+
 int64_t PrefixIndex::total_capacity() const {
   int64_t t = 0;
   for (const auto& l : lrus_) t += l.capacity;

@@ -49,6 +49,8 @@ class PrefixIndex {
   // Forgets everything and sizes the index for `endpoints` endpoints (default capacities).
   void reset(size_t endpoints);
   size_t endpoints() const { return lrus_.size(); }
+  // Grows to `endpoints` endpoints, keeping what is learned (never shrinks).
+  void grow(size_t endpoints);
   // Bounds endpoint's LRU (blocks <= 0: the default); shrinking evicts least recent blocks.
   void set_capacity(size_t endpoint, int64_t blocks);
   int64_t capacity(size_t endpoint) const { return lrus_[endpoint].capacity; }

@@ -1,0 +1,53 @@
+#include "core/picker/prefix_tracker.h"
+
+#include <algorithm>
+
+namespace sluice {
+
+PrefixTracker::PrefixTracker(PrefixTrackerOptions opts)
+    : opts_(opts), index_(0, opts.default_capacity_blocks) {}
+
+void PrefixTracker::reset(size_t endpoints) {
+  index_.reset(endpoints);
+  matched_.assign(endpoints, 0);
+}
+
+void PrefixTracker::sync(std::span<const EndpointView> endpoints) {
+  size_t n = index_.endpoints();
+  for (const auto& v : endpoints) n = std::max(n, v.index + 1);
+  if (n > index_.endpoints()) index_.grow(n);
+  for (const auto& v : endpoints) {
+    const EngineSignals* s = v.signals;
+    if (!s || !s->present) continue;
+    if (s->block_size > 0 && s->block_size != block_tokens_ && s->block_size <= 4096) {
+      block_tokens_ = s->block_size;
+      reset(index_.endpoints());  // every hash was cut at the old block size
+    }
+    if (opts_.capacity_from_engine && s->kv_capacity_blocks > 0 && index_.capacity(v.index) != s->kv_capacity_blocks)
+      index_.set_capacity(v.index, s->kv_capacity_blocks);
+  }
+}
+
+void PrefixTracker::hash(const PickRequest& req) {
+  PrefixIndex::hash_blocks(req.text, block_chars(), PrefixIndex::seed(req.model, req.adapter, req.cache_salt),
+                           opts_.max_blocks, blocks_);
+}
+
+std::span<const uint32_t> PrefixTracker::match(const PickRequest& req) {
+  hash(req);
+  matched_.resize(index_.endpoints());
+  index_.match(blocks_, matched_);
+  return matched_;
+}
+
+void PrefixTracker::learn(const PickRequest& req, size_t endpoint) {
+  if (endpoint >= index_.endpoints()) index_.grow(endpoint + 1);
+  hash(req);
+  index_.learn(endpoint, blocks_);
+}
+
+int64_t PrefixTracker::cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const {
+  return std::min<int64_t>(static_cast<int64_t>(matched_blocks) * block_tokens_, std::max<int64_t>(0, input_tokens));
+}
+
+}  // namespace sluice

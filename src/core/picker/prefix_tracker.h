@@ -1,0 +1,51 @@
+// PrefixTracker: a policy's view of the pool's prefix index (core/prefix/prefix_index.h).
+// It keeps the index in step with the endpoints' scraped configuration (block size from
+// cache_config_info: a change of block size invalidates every hash, so the index is cleared; KV
+// capacity in blocks bounds each endpoint's LRU), hashes a request once per pick, and converts
+// matched blocks into predicted cached tokens (blocks x block_size, at most the input tokens).
+// Block size before any scrape: 16 tokens = 64 characters.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/picker/policy.h"
+#include "core/prefix/prefix_index.h"
+
+namespace sluice {
+
+struct PrefixTrackerOptions {
+  size_t max_blocks = 8192;         // per request: 512k characters at 64 per block
+  int64_t default_capacity_blocks = PrefixIndex::kDefaultCapacityBlocks;
+  bool capacity_from_engine = true;  // false: every endpoint keeps default_capacity_blocks
+};
+
+class PrefixTracker {
+ public:
+  explicit PrefixTracker(PrefixTrackerOptions opts = {});
+
+  void reset(size_t endpoints);
+  // Adopts block size and capacities from the endpoints' signals.
+  void sync(std::span<const EndpointView> endpoints);
+  // Hashes `req` and returns matched blocks per endpoint index (valid until the next call).
+  std::span<const uint32_t> match(const PickRequest& req);
+  void learn(const PickRequest& req, size_t endpoint);
+  void purge(size_t endpoint) { index_.purge(endpoint); }
+
+  int64_t cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const;
+  int block_tokens() const { return block_tokens_; }
+  size_t block_chars() const { return static_cast<size_t>(block_tokens_) * 4; }
+  size_t request_blocks() const { return blocks_.size(); }
+  const PrefixIndex& index() const { return index_; }
+
+ private:
+  void hash(const PickRequest& req);
+
+  PrefixTrackerOptions opts_;
+  PrefixIndex index_;
+  int block_tokens_ = 16;
+  std::vector<uint64_t> blocks_;
+  std::vector<uint32_t> matched_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,130 @@
+// PoolRouter with the KV-aware policies: accounting extensions, explain_json, frozen metrics.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+
+#include "core/picker/policy_factory.h"
+#include "core/picker/pool_router.h"
+
+namespace sluice {
+namespace {
+
+PoolConfig pool_of(size_t n, const std::string& policy) {
+  PoolConfig p;
+  p.name = "chat";
+  p.policy = policy;
+  for (size_t i = 0; i < n; ++i) {
+    EndpointConfig e;
+    e.name = "ep" + std::to_string(i);
+    e.address = {"127.0.0.1", static_cast<uint16_t>(9000 + i)};
+    p.endpoints.push_back(e);
+  }
+  return p;
+}
+
+PickRequest req_of(const std::string& text, int64_t out = 50) {
+  PickRequest r;
+  r.model = "m";
+  r.text = text;
+  r.input_tokens = static_cast<int64_t>(text.size() / 4);
+  r.max_output_tokens = out;
+  return r;
+}
+
+TEST(PoolRouterPicker, AccountingTracksPrefillRequestsAndContext) {
+  auto cfg = pool_of(2, "sluice");
+  PoolRouter r(cfg, make_policy(cfg, 1));
+  std::string t(4000, 'a');
+  auto req = req_of(t);
+  auto c = r.rank(req, Time{});
+  ASSERT_EQ(c.size(), 2u);
+  {
+    DispatchGuard g = r.dispatch(req, c[0], Time{});
+    auto s = r.snapshot(Time{});
+    EXPECT_EQ(s[g.endpoint()].load.prefill_requests, 1);
+    EXPECT_EQ(s[g.endpoint()].load.context_tokens, 1050);
+    EXPECT_EQ(s[g.endpoint()].load.input_tokens_total, 1000);
+    g.on_first_token();
+    s = r.snapshot(Time{});
+    EXPECT_EQ(s[g.endpoint()].load.prefill_requests, 0);
+    EXPECT_EQ(s[g.endpoint()].load.in_flight, 1);
+  }
+  auto s = r.snapshot(Time{});
+  for (const auto& e : s) {
+    EXPECT_EQ(e.load.in_flight, 0);
+    EXPECT_EQ(e.load.prefill_requests, 0);
+    EXPECT_EQ(e.load.context_tokens, 0);
+    EXPECT_EQ(e.load.prefill_tokens, 0);
+  }
+  // Second identical request: the index predicts the cache on the first endpoint.
+  auto c2 = r.rank(req, Time{});
+  EXPECT_EQ(c2[0].endpoint, c[0].endpoint);
+  EXPECT_EQ(c2[0].predicted_cached_tokens, 992);  // 62 full 64-char blocks x 16 tokens
+  {
+    DispatchGuard g = r.dispatch(req, c2[0], Time{});
+    EXPECT_EQ(r.snapshot(Time{})[g.endpoint()].load.predicted_cached_tokens_total, 992);
+  }
+}
+
+TEST(PoolRouterPicker, ExplainJsonNamesEveryCandidateAndTerms) {
+  auto cfg = pool_of(3, "sluice");
+  cfg.endpoints[1].name = "quote\"ep";
+  PoolRouter r(cfg, make_policy(cfg, 1));
+  r.set_healthy(2, false);
+  std::string j = r.explain_json(req_of(std::string(800, 'x')), Time{});
+  EXPECT_NE(j.find("\"policy\":\"sluice\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"endpoint\":\"ep0\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"endpoint\":\"quote\\\"ep\""), std::string::npos) << j;
+  EXPECT_EQ(j.find("\"endpoint\":\"ep2\""), std::string::npos) << j;  // unhealthy: not a candidate
+  EXPECT_NE(j.find("\"ttft_ms\":"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"waiting\":null"), std::string::npos) << j;  // never scraped
+  for (const auto& e : r.snapshot(Time{})) EXPECT_EQ(e.load.in_flight, 0);  // explaining dispatches nothing
+}
+
+// One endpoint's metrics freeze (scrape keeps failing) while it keeps serving: it must get neither
+// all nor none of the traffic.
+TEST(PoolRouterPicker, FrozenMetricsGetAFairShare) {
+  for (const char* policy : {"sluice"}) {
+    auto cfg = pool_of(3, policy);
+    cfg.scrape.stale_after = std::chrono::milliseconds(500);
+    PoolRouter r(cfg, make_policy(cfg, 1));
+    auto signals = [&](size_t e, Time now, double waiting) {
+      EngineSignals s;
+      s.scraped_at = now;
+      s.waiting = waiting;
+      s.running = static_cast<double>(r.snapshot(now)[e].load.in_flight);
+      s.kv_usage = 0.2;
+      r.update_signals(e, s);
+    };
+    // Endpoint 0 froze reporting a big queue; its scrapes fail from then on.
+    signals(0, Time{}, 40);
+    std::deque<std::pair<Time, DispatchGuard>> live;
+    std::map<size_t, int> picks;
+    std::vector<std::string> texts;
+    for (int i = 0; i < 900; ++i) texts.push_back(std::to_string(i) + std::string(2000, 'p'));
+    int n = 0;
+    for (int step = 0; step < 300; ++step) {
+      Time now = std::chrono::milliseconds(10 * step);
+      while (!live.empty() && live.front().first <= now) live.pop_front();
+      if (step % 5 == 0) {
+        signals(1, now, 0);
+        signals(2, now, 0);
+        r.record_scrape_error(0);
+      }
+      for (int k = 0; k < 3; ++k) {
+        auto req = req_of(texts[n++]);
+        auto c = r.rank(req, now);
+        ASSERT_FALSE(c.empty());
+        picks[c[0].endpoint]++;
+        live.emplace_back(now + std::chrono::milliseconds(300), r.dispatch(req, c[0], now));
+      }
+    }
+    EXPECT_GT(picks[0], 900 / 6) << policy;
+    EXPECT_LT(picks[0], 900 / 2) << policy;
+    EXPECT_EQ(r.snapshot(Time{})[0].load.scrape_failures_in_row, 60);
+  }
+}
+
+}  // namespace
+}  // namespace sluice

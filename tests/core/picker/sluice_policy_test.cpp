@@ -1,0 +1,160 @@
+#include "core/picker/sluice_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/picker/oracle_policy.h"
+#include "picker_test_util.h"
+
+namespace sluice {
+namespace {
+
+using testing::FakePool;
+
+std::string prompt(char c, size_t chars) { return std::string(chars, c); }
+
+TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(1);
+  std::string t = prompt('a', 4000);
+  auto c = testing::rank(p, pool, testing::chat(t, 1000));
+  ASSERT_EQ(c.size(), 1u);
+  // one step: max(W 5.5, 0.022 x 1000) + C0 2 = 24 ms
+  EXPECT_NEAR(-c[0].score, 24.0, 1e-9);
+  EXPECT_EQ(c[0].predicted_cached_tokens, 0);
+}
+
+struct Case {
+  const char* name;
+  void (*setup)(FakePool&);
+  size_t want_first;
+  bool prefix_on_1 = true;  // endpoint 1 was sent the request's prefix before
+};
+
+TEST(SluicePolicy, DecisionTable) {
+  const Case cases[] = {
+      {"prefix wins when idle", [](FakePool&) {}, 1},
+      {"long queue outweighs the prefix",
+       [](FakePool& p) {
+         p.loads[1].prefill_tokens = 200000;
+         p.loads[1].prefill_requests = 50;
+         p.loads[1].in_flight = 50;
+       },
+       0},
+      {"saturated queue is not chosen for affinity", [](FakePool& p) { p.signals[1].waiting = 64; }, 0},
+      {"KV full is not chosen for affinity", [](FakePool& p) { p.signals[1].kv_usage = 0.99; }, 0},
+      {"external waiting counts", [](FakePool& p) { p.signals[0].waiting = 30; }, 1, false},
+      {"decode interference counts", [](FakePool& p) { p.signals[0].running = 900; }, 1, false},
+      {"stale queue is not trusted",
+       [](FakePool& p) {
+         p.signals[1].waiting = 1000;
+         p.stale[1] = true;
+       },
+       1},
+      {"running adapter wins", [](FakePool& p) {
+         for (auto& s : p.signals) { s.max_lora = 1; s.lora_running = {"other"}; }
+         p.signals[0].lora_running = {"lora-x"};
+       }, 0, false},
+  };
+  for (const auto& c : cases) {
+    SluicePolicy p({}, PoolKind::chat);
+    FakePool pool(2);
+    std::string t = prompt('s', 8000) + prompt('q', 400);
+    PickRequest req = testing::chat(t);
+    if (std::string_view(c.name) == "running adapter wins") req.adapter = "lora-x";
+    p.on_endpoints_reset(2);
+    if (c.prefix_on_1) p.on_dispatch(req, 1, Time{});
+    c.setup(pool);
+    auto out = testing::rank(p, pool, req);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].endpoint, c.want_first) << c.name;
+  }
+}
+
+TEST(SluicePolicy, SaturatedRankLastAndPredictionReported) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(3);
+  std::string t = prompt('z', 6400);
+  auto req = testing::chat(t);
+  p.on_dispatch(req, 2, Time{});
+  auto out = testing::rank(p, pool, req);
+  EXPECT_EQ(out[0].endpoint, 2u);
+  EXPECT_EQ(out[0].predicted_cached_tokens, 1600);
+  pool.signals[2].kv_usage = 0.98;
+  out = testing::rank(p, pool, req);
+  EXPECT_EQ(out.back().endpoint, 2u);
+  EXPECT_TRUE(out.back().saturated);
+}
+
+TEST(SluicePolicy, EmbeddingsAreLeastLoad) {
+  SluicePolicy p({}, PoolKind::embedding);
+  FakePool pool(3);
+  pool.loads[0].prefill_tokens = 5000;
+  pool.loads[1].prefill_tokens = 100;
+  pool.loads[2].prefill_tokens = 3000;
+  PickRequest req = testing::chat("hello world", 3, 0);
+  req.kind = ApiKind::embedding;
+  auto out = testing::rank(p, pool, req);
+  EXPECT_EQ(out[0].endpoint, 1u);
+  EXPECT_EQ(out[1].endpoint, 2u);
+  EXPECT_EQ(out[2].endpoint, 0u);
+}
+
+// 100 simultaneous requests, identical stale signals: the burst must spread, not land on one.
+void burst(bool stale, bool same_prompt) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(4);
+  for (size_t i = 0; i < 4; ++i) {
+    pool.stale[i] = stale;
+    pool.signals[i].waiting = 2;
+    pool.signals[i].running = 10;
+    pool.signals[i].kv_usage = 0.3;
+  }
+  std::map<size_t, int> count;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 100; ++i) texts.push_back(same_prompt ? prompt('s', 4000) : std::to_string(i) + prompt('u', 4000));
+  for (int i = 0; i < 100; ++i) {
+    auto req = testing::chat(texts[i]);
+    auto out = testing::rank(p, pool, req);
+    ASSERT_FALSE(out.empty());
+    pool.dispatch(out[0].endpoint, req, out[0].predicted_cached_tokens);
+    p.on_dispatch(req, out[0].endpoint, Time{});
+    count[out[0].endpoint]++;
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_GE(count[i], 20) << "endpoint " << i << " stale=" << stale << " same=" << same_prompt;
+    EXPECT_LE(count[i], 30) << "endpoint " << i << " stale=" << stale << " same=" << same_prompt;
+  }
+}
+
+TEST(SluicePolicy, BurstSpreadsWithStaleSignals) { burst(true, false); }
+TEST(SluicePolicy, BurstSpreadsWithFreshSignals) { burst(false, false); }
+TEST(SluicePolicy, BurstOfOnePromptSpreads) { burst(true, true); }
+
+TEST(SluicePolicy, ExplainGivesTerms) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  std::vector<Explanation> ex;
+  auto v = pool.views();
+  p.explain(testing::chat(prompt('a', 400)), v, Time{}, ex);
+  ASSERT_EQ(ex.size(), 2u);
+  bool found = false;
+  for (const auto& t : ex[0].terms)
+    if (t.name == "ttft_ms") found = t.value > 0;
+  EXPECT_TRUE(found);
+}
+
+TEST(OraclePolicy, UsesTheCallbackNotTheIndex) {
+  OraclePolicy p([](size_t endpoint, const PickRequest& r) -> int64_t { return endpoint == 2 ? r.input_tokens : 0; });
+  EXPECT_EQ(p.name(), "oracle");
+  FakePool pool(3);
+  auto req = testing::chat(prompt('o', 8000));
+  auto out = testing::rank(p, pool, req);
+  EXPECT_EQ(out[0].endpoint, 2u);
+  EXPECT_EQ(out[0].predicted_cached_tokens, 2000);
+  EXPECT_EQ(p.prefix().index().entries(), 0u);
+}
+
+}  // namespace
+}  // namespace sluice
