@@ -72,7 +72,7 @@ struct Engine::Request {
   bool running = false;
   bool done = false;
   QueueKey key{};
-  Time arrival{}, first_scheduled{-1}, last_token{};
+  Time arrival{}, queued{}, first_scheduled{-1}, last_token{};
 };
 
 Engine::Engine(const EngineConfig& cfg)
@@ -105,6 +105,7 @@ SubmitError Engine::submit(EngineRequest req, Time now) {
   r->adapter = std::move(req.adapter);
   r->embedding = embedding;
   r->arrival = req.arrival.value_or(now);
+  r->queued = now;
   if (!embedding) {
     r->extra_keys = extra_keys_hash(r->adapter, req.cache_salt);
     extend_block_hashes(r->tokens, r->extra_keys, cfg_.block_size, r->hashes);
@@ -242,7 +243,7 @@ std::optional<Duration> Engine::begin_step(Time now) {
       r->registered = static_cast<size_t>(hit_blocks);
       if (r->first_scheduled < Time{0}) {
         r->first_scheduled = now;
-        hist_.queue.observe(to_seconds(now - r->arrival));
+        hist_.queue.observe(to_seconds(now - r->queued));  // engine queue only, like vLLM
       }
       it = waiting_.erase(it);
       r->running = true;

@@ -78,7 +78,8 @@ struct EngineRequest {
   std::string adapter;                           // LoRA adapter name; empty = base model
   std::string cache_salt;
   bool embedding = false;                        // one forward pass, no decode, no KV
-  std::optional<Time> arrival;                   // front-end arrival (for TTFT/queue); default: submit time
+  std::optional<Time> arrival;                   // front-end arrival (TTFT, E2E); default: submit time.
+                                                 // Queue time is measured from submit().
 };
 
 enum class SubmitError { none, duplicate_id, empty_prompt, too_long, exceeds_kv_capacity };

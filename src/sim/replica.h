@@ -1,0 +1,108 @@
+// One simulated vLLM replica served over HTTP on its own loopback port.
+//
+// Event-driven on one io_context: a coroutine per connection, one timer per engine step (the step
+// loop sleeps while the engine is idle), no thread per request, no busy loop. The engine clock is
+// the steady clock scaled by `time_scale` (2 = twice as fast as real time).
+//
+// Life of an inference request (session coroutine, top to bottom):
+//   parse (core/request.h) -> model check (404) -> injected fault (error / spike / hang) ->
+//   tokenise the rendered text -> context check (400) -> front-end overhead -> engine.submit ->
+//   stream tokens as steps emit them (or collect them) -> usage -> done.
+// A client that disconnects at any point aborts its request in the engine (blocks freed at once).
+#pragma once
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/engine/output_length.h"
+#include "sim/duty_cycle.h"
+#include "sim/faults.h"
+#include "sim/metrics_format.h"
+
+namespace sluice::sim {
+
+struct ReplicaConfig {
+  int index = 0;
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0 = ephemeral
+  engine::EngineConfig engine;
+  std::string model_name = "meta-llama/Llama-3.1-8B-Instruct";
+  std::vector<std::string> adapters;  // LoRA adapters known at start
+  engine::OutputLengthDist output_len;
+  double time_scale = 1.0;
+  double frontend_overhead_ms = 20.0;  // added before queueing (HTTP + tokenizer in real vLLM)
+  MetricsFlavor metrics_flavor = MetricsFlavor::vllm;
+  FaultConfig faults;
+  double exit_after_s = 0;  // fault: stop this replica after this many (real) seconds; 0 = never
+  uint64_t seed = 1;
+};
+
+class Replica {
+ public:
+  Replica(boost::asio::io_context& io, ReplicaConfig cfg);
+  ~Replica();
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  // Binds and listens; an error message on failure.
+  std::optional<std::string> listen();
+  uint16_t port() const { return port_; }
+  // Starts accepting and stepping.
+  void start();
+  // Closes the listener and every connection, aborts every request.
+  void stop();
+  bool stopped() const { return stopped_; }
+
+ private:
+  struct Stream;
+  struct Connection;
+  using tcp = boost::asio::ip::tcp;
+  template <class T>
+  using awaitable = boost::asio::awaitable<T>;
+
+  awaitable<void> accept_loop();
+  awaitable<void> step_loop();
+  awaitable<void> session(tcp::socket sock);
+  awaitable<bool> handle_generate(Connection& c, int kind, const std::string& body, bool keep_alive);
+  awaitable<bool> wait_until_client_gone(Connection& c, std::shared_ptr<Stream> st);
+  void watch_disconnect(Connection& c, std::shared_ptr<Stream> st);
+  void dispatch(const engine::StepResult& r);
+  std::string metrics_text();
+  std::pair<int, std::string> handle_lora(bool load, const std::string& body);
+  Time now() const;
+  std::chrono::steady_clock::duration real(Duration engine_time) const;
+  void wake_step_loop();
+
+  boost::asio::io_context& io_;
+  ReplicaConfig cfg_;
+  engine::Engine engine_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  boost::asio::steady_timer step_timer_;
+  boost::asio::steady_timer idle_timer_;
+  std::chrono::steady_clock::time_point epoch_;
+  int64_t created_unix_ = 0;
+  bool stopped_ = false;
+  bool idle_ = false;
+
+  std::mt19937_64 rng_;
+  engine::RequestId next_id_ = 1;
+  std::unordered_map<engine::RequestId, std::shared_ptr<Stream>> streams_;
+  std::unordered_set<Connection*> connections_;
+  std::vector<std::string> adapters_;
+  FaultConfig faults_;
+  std::string frozen_metrics_;
+  LoraInfoHistory lora_info_;
+  DutyCycle duty_;
+};
+
+}  // namespace sluice::sim
