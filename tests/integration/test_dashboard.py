@@ -15,11 +15,8 @@ Two runs:
 Run: python3 tests/integration/test_dashboard.py --sluice build/sluice [--require-real] [--screenshots DIR]
 """
 import argparse
-import http.client
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +29,8 @@ WEB = os.path.join(ROOT, "web")
 SPEC = os.path.join(WEB, "test", "dashboard.spec.mjs")
 sys.path.insert(0, HERE)
 import metrics_stub  # noqa: E402
+import sluice_fleet  # noqa: E402
+from sluice_fleet import http_req, load_loop, start_sim  # noqa: E402
 
 
 # Series the page needs to draw every chart (docs/metrics.md).
@@ -45,23 +44,6 @@ PAGE_SERIES = ["sluice_requests_total", "sluice_queue_time_seconds_bucket",
 
 def log(msg):
     print(msg, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_req(port, method, path, body=None, timeout=5):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        headers = {"content-type": "application/json"} if body is not None else {}
-        c.request(method, path, body=body, headers=headers)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
 
 
 def ensure_browser_tooling():
@@ -104,62 +86,6 @@ def stub_run(shots):
         srv.server_close()
 
 
-class Proc:
-    def __init__(self, args, name):
-        self.name = name
-        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.err = []
-        threading.Thread(target=self._drain_err, daemon=True).start()
-
-    def _drain_err(self):
-        for line in self.p.stderr:
-            self.err.append(line)
-            del self.err[:-50]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(timeout=10)
-
-
-def start_sim(sluice, replicas=3):
-    sim = Proc([sluice, "sim", "--replicas", str(replicas), "--base-port", "0", "--seed", "7"], "sim")
-    ports = []
-    deadline = time.time() + 30
-    while len(ports) < replicas and time.time() < deadline:
-        line = sim.p.stdout.readline()
-        if not line:
-            break
-        if "listening on" in line:
-            ports.append(int(line.rsplit(":", 1)[1]))
-    if len(ports) < replicas:
-        sim.stop()
-        raise RuntimeError("sluice sim did not report its ports: " + "".join(sim.err[-10:]))
-    threading.Thread(target=lambda: [None for _ in sim.p.stdout], daemon=True).start()
-    return sim, ports
-
-
-def load_loop(port, stop, model, counts):
-    """Closed-loop chat load: shared system prompt + per-user suffix, short outputs, bounded by `stop`."""
-    system = "You are a careful assistant for the sluice operations team. " * 20
-    i = 0
-    while not stop.is_set():
-        i += 1
-        body = json.dumps({"model": model, "max_tokens": 24, "stream": i % 2 == 0, "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": f"question {i % 13}: how is the fleet doing?"}]})
-        try:
-            status, _ = http_req(port, "POST", "/v1/chat/completions", body, timeout=30)
-            counts[status] = counts.get(status, 0) + 1
-        except OSError as e:
-            counts[type(e).__name__] = counts.get(type(e).__name__, 0) + 1
-            time.sleep(0.05)
-
-
 class MetricsProxy:
     """web/dist at /dashboard*, and GET /metrics forwarded to the real admin listener."""
 
@@ -188,48 +114,22 @@ class MetricsProxy:
 
 def real_run(sluice, shots, require_real):
     """Returns True (passed), False (failed) or None (skipped: the gateway does not serve /dashboard)."""
-    model = "meta-llama/Llama-3.1-8B-Instruct"
+    model = sluice_fleet.MODEL
     procs = []
     stop = threading.Event()
     tmp = tempfile.mkdtemp(prefix="sluice-dash-")
     try:
         sim, ports = start_sim(sluice)
         procs.append(sim)
-        listen, admin = free_port(), free_port()
-        eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}}}" for i, p in enumerate(ports))
-        cfg = os.path.join(tmp, "sluice.yaml")
-        with open(cfg, "w") as f:
-            f.write(f"""listen: 127.0.0.1:{listen}
-admin: 127.0.0.1:{admin}
-workers: 2
-pools:
-  - name: chat
-    kind: chat
-    endpoints:
-{eps}
-    scrape: {{interval_ms: 50, stale_after_ms: 500}}
-models:
-  - {{name: {model}, pool: chat}}
-""")
-        gw = Proc([sluice, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
-        procs.append(gw)
-        deadline = time.time() + 30
-        ok = False
-        while time.time() < deadline and gw.p.poll() is None:
-            try:
-                ok = http_req(admin, "GET", "/metrics")[0] == 200
-            except OSError:
-                ok = False
-            if ok:
-                break
-            time.sleep(0.2)
-        if not ok:
-            msg = f"sluice serve did not answer /metrics on the admin listener: {''.join(gw.err[-10:])}"
+        try:
+            gw, listen, admin = sluice_fleet.start_gateway(sluice, ports, tmp)
+        except RuntimeError as e:
             if require_real:
-                log("FAILED: " + msg)
+                log(f"FAILED: {e}")
                 return False
-            log("SKIP real run: " + msg)
+            log(f"SKIP real run: {e}")
             return None
+        procs.append(gw)
         page_port = admin
         status, body = http_req(admin, "GET", "/dashboard")
         if status != 200 or b"sluiceDashboard" not in http_req(admin, "GET", "/dashboard/app.js")[1]:

@@ -3,7 +3,10 @@
 unit tests (deploy/prometheus/tests/) fire exactly the alerts they claim, and every sluice_* series
 the rules use is in the metrics contract (docs/metrics.md).
 
-Run: python3 tests/integration/test_promtool.py [--sluice path]   (--sluice is accepted, unused)
+With --sluice, also runs `promtool check metrics` on the real gateway's /metrics (sluice sim + serve
+under a short chat load).
+
+Run: python3 tests/integration/test_promtool.py [--sluice path]
 promtool comes from Debian's `prometheus` package (scripts/install-deps.sh); without it the test
 skips with a message and exit code 0.
 """
@@ -13,11 +16,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROM_DIR = os.path.join(ROOT, "deploy", "prometheus")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import metrics_contract  # noqa: E402
+import sluice_fleet  # noqa: E402
 
 
 def run(args):
@@ -25,10 +32,51 @@ def run(args):
     return p.returncode, p.stdout + p.stderr
 
 
+def check_real_metrics(promtool, sluice):
+    procs = []
+    stop = threading.Event()
+    tmp = tempfile.mkdtemp(prefix="sluice-promtool-")
+    try:
+        sim, ports = sluice_fleet.start_sim(sluice, replicas=2)
+        procs.append(sim)
+        try:
+            gw, listen, admin = sluice_fleet.start_gateway(sluice, ports, tmp)
+        except RuntimeError as e:
+            print(f"note: real /metrics not checked: {e}")
+            return []
+        procs.append(gw)
+        counts = {}
+        workers = [threading.Thread(target=sluice_fleet.load_loop, args=(listen, stop, sluice_fleet.MODEL, counts),
+                                    daemon=True) for _ in range(2)]
+        for w in workers:
+            w.start()
+        time.sleep(3)
+        stop.set()
+        for w in workers:
+            w.join(timeout=35)
+        status, body = sluice_fleet.http_req(admin, "GET", "/metrics")
+        text = body.decode()
+        p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        families = sorted({line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")})
+        print(f"promtool check metrics on sluice's /metrics ({len(families)} families, load {counts}): "
+              f"{'ok' if p.returncode == 0 else 'FAILED'}")
+        out = []
+        if status != 200 or not any(f.startswith("sluice_") for f in families):
+            out.append(f"/metrics answered {status} without sluice_ families")
+        if p.returncode != 0:
+            out.append("promtool check metrics on the gateway's output:\n" + p.stdout + p.stderr)
+        return out
+    finally:
+        stop.set()
+        for pr in reversed(procs):
+            pr.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", default=None)
-    ap.parse_args()
+    opts = ap.parse_args()
     promtool = shutil.which("promtool")
     if not promtool:
         print("SKIP: promtool not found (install Debian's `prometheus` package: scripts/install-deps.sh)")
@@ -63,6 +111,12 @@ def main():
                   "SluicePrometheusTargetDown", "SluiceQueueingWhileEnginesIdle"]:
         if f"alert: {alert}\n" not in rules:
             failures.append(f"alert {alert} missing from sluice-alerts.yml")
+
+    # `promtool check metrics` on the real gateway's /metrics, after some load through a simulated fleet.
+    if opts.sluice and os.path.exists(opts.sluice):
+        failures += check_real_metrics(promtool, opts.sluice)
+    else:
+        print(f"note: no sluice binary ({opts.sluice}): real /metrics not checked")
 
     # Every runbook link in the rules points at a heading of docs/operations.md.
     ops = open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8").read()

@@ -1,0 +1,118 @@
+"""Process helpers for integration tests that need a real fleet: `sluice sim` replicas and
+`sluice serve` in front of them on loopback ephemeral ports, a bounded chat load, and clean stops.
+Standard library only. Not a test itself (ctest runs tests/integration/test_*.py only)."""
+import http.client
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_req(port, method, path, body=None, timeout=5):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        headers = {"content-type": "application/json"} if body is not None else {}
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+class Proc:
+    def __init__(self, args, name):
+        self.name = name
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err = []
+        threading.Thread(target=self._drain_err, daemon=True).start()
+
+    def _drain_err(self):
+        for line in self.p.stderr:
+            self.err.append(line)
+            del self.err[:-50]
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=10)
+
+
+def start_sim(sluice, replicas=3):
+    sim = Proc([sluice, "sim", "--replicas", str(replicas), "--base-port", "0", "--seed", "7"], "sim")
+    ports = []
+    deadline = time.time() + 30
+    while len(ports) < replicas and time.time() < deadline:
+        line = sim.p.stdout.readline()
+        if not line:
+            break
+        if "listening on" in line:
+            ports.append(int(line.rsplit(":", 1)[1]))
+    if len(ports) < replicas:
+        sim.stop()
+        raise RuntimeError("sluice sim did not report its ports: " + "".join(sim.err[-10:]))
+    threading.Thread(target=lambda: [None for _ in sim.p.stdout], daemon=True).start()
+    return sim, ports
+
+
+def load_loop(port, stop, model, counts):
+    """Closed-loop chat load: shared system prompt + per-user suffix, short outputs, bounded by `stop`."""
+    system = "You are a careful assistant for the sluice operations team. " * 20
+    i = 0
+    while not stop.is_set():
+        i += 1
+        body = json.dumps({"model": model, "max_tokens": 24, "stream": i % 2 == 0, "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"question {i % 13}: how is the fleet doing?"}]})
+        try:
+            status, _ = http_req(port, "POST", "/v1/chat/completions", body, timeout=30)
+            counts[status] = counts.get(status, 0) + 1
+        except OSError as e:
+            counts[type(e).__name__] = counts.get(type(e).__name__, 0) + 1
+            time.sleep(0.05)
+
+
+def start_gateway(sluice, sim_ports, tmpdir, pool="chat", model=MODEL):
+    """`sluice serve` over the replicas (named replica-0..N-1); returns (proc, listen_port, admin_port)
+    once the admin listener answers /metrics, or raises with the gateway's stderr."""
+    listen, admin = free_port(), free_port()
+    eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}}}" for i, p in enumerate(sim_ports))
+    cfg = os.path.join(tmpdir, "sluice.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"""listen: 127.0.0.1:{listen}
+admin: 127.0.0.1:{admin}
+workers: 2
+pools:
+  - name: {pool}
+    kind: chat
+    endpoints:
+{eps}
+    scrape: {{interval_ms: 50, stale_after_ms: 500}}
+models:
+  - {{name: {model}, pool: {pool}}}
+""")
+    gw = Proc([sluice, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
+    deadline = time.time() + 30
+    while time.time() < deadline and gw.p.poll() is None:
+        try:
+            if http_req(admin, "GET", "/metrics")[0] == 200:
+                return gw, listen, admin
+        except OSError:
+            pass
+        time.sleep(0.2)
+    gw.stop()
+    raise RuntimeError(f"sluice serve did not answer /metrics on the admin listener: {''.join(gw.err[-10:])}")
