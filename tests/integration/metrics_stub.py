@@ -5,6 +5,8 @@ docs/metrics.md at /metrics, the built dashboard (web/dist) at /dashboard and /d
 knobs to make incidents happen:
   POST /stub/freeze?endpoint=NAME      that endpoint's metrics stop updating: stale=1, scrape age grows
   POST /stub/rejects?per_s=X           rejects per second (queue_full), 0 by default
+  POST /stub/scenario?name=N           normal | idle_queueing (requests wait ~2 s at the gateway while
+                                       engines are 10% busy) | pegged (engines 97% busy, KV 95%, rejects)
 Run by hand: python3 tests/integration/metrics_stub.py --port 9999  then open /dashboard.
 Not a test itself (ctest runs tests/integration/test_*.py only)."""
 import argparse
@@ -36,6 +38,7 @@ class Fleet:
         self.endpoints = list(endpoints)
         self.rps = rps
         self.reject_per_s = 0.0
+        self.scenario = "normal"
         self.frozen = {}  # endpoint -> time it froze
         self.t0 = self.last = time.monotonic()
         self.c = {}  # counters: key tuple -> value
@@ -67,6 +70,12 @@ class Fleet:
             self.add(("rejects", "queue_full"), rej)
         # Queue time mostly small, with a slow wave; TTFT around 200-400 ms.
         q = 0.004 + 0.02 * (1 + math.sin(t / 7))
+        if self.scenario == "idle_queueing":
+            q = 2.0
+        if self.scenario == "pegged":
+            rej = 8.0 * dt
+            self.add(("requests", "rejected"), rej)
+            self.add(("rejects", "shed"), rej)
         self.observe(self.queue_b, QUEUE_LE, q, n * 0.98)
         self.observe(self.queue_b, QUEUE_LE, q * 20, n * 0.02)
         self.observe(self.ttft_b, TTFT_LE, 0.2 + 0.1 * math.sin(t / 5), n)
@@ -82,6 +91,10 @@ class Fleet:
                 g["waiting"] = max(0, round(3 + 3 * math.sin(t / 4 + i)))
                 g["running"] = 8 + i
                 g["duty"] = 0.5 + 0.35 * math.sin(t / 8 + i)
+                if self.scenario == "idle_queueing":
+                    g["duty"], g["waiting"] = 0.1, 0
+                elif self.scenario == "pegged":
+                    g["duty"], g["kv"], g["waiting"] = 0.97, 0.95, 20
                 g["inflight"] = 10 + i
                 self.add(("queries", e), share * 800)
                 self.add(("hits", e), share * 800 * (0.5 + 0.1 * math.sin(t / 9 + i)))
@@ -101,7 +114,8 @@ class Fleet:
             out.append(f'sluice_requests_total{{pool="{p}",model="m",status="200",outcome="ok"}} {self.c.get(("requests", "ok"), 0):.0f}')
             out.append(f'sluice_requests_total{{pool="{p}",model="m",status="429",outcome="rejected"}} {self.c.get(("requests", "rejected"), 0):.0f}')
             fam("sluice_rejects_total", "counter", "Rejected requests by reason.")
-            out.append(f'sluice_rejects_total{{pool="{p}",reason="queue_full"}} {self.c.get(("rejects", "queue_full"), 0):.0f}')
+            for reason in ("queue_full", "shed"):
+                out.append(f'sluice_rejects_total{{pool="{p}",reason="{reason}"}} {self.c.get(("rejects", reason), 0):.0f}')
             for name, les, b in (("sluice_queue_time_seconds", QUEUE_LE, self.queue_b),
                                  ("sluice_ttft_seconds", TTFT_LE, self.ttft_b)):
                 fam(name, "histogram", "Seconds.")
@@ -182,6 +196,9 @@ def make_handler(fleet, dist=DIST):
                 if url.path == "/stub/freeze" and q.get("endpoint") in fleet.endpoints:
                     fleet.frozen.setdefault(q["endpoint"], time.monotonic())
                     return self.send(200, "frozen\n")
+                if url.path == "/stub/scenario" and q.get("name") in ("normal", "idle_queueing", "pegged"):
+                    fleet.scenario = q["name"]
+                    return self.send(200, "ok\n")
                 if url.path == "/stub/rejects":
                     fleet.reject_per_s = float(q.get("per_s", "0"))
                     return self.send(200, "ok\n")

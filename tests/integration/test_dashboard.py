@@ -5,7 +5,8 @@ web/node_modules through web/test/dashboard.spec.mjs).
 Two runs:
   stub  the page served by tests/integration/metrics_stub.py (canned, changing /metrics text in the
         shape of docs/metrics.md): charts show data, freezing endpoint e2 raises the stale warning
-        naming e2 only, and turning rejects on raises the rejects warning.
+        naming e2 only, turning rejects on raises the rejects warning, and the diagnosis line names
+        the two classic incidents (engines pegged + rejects; queueing while engines idle).
   real  `sluice sim` (3 replicas) + `sluice serve` under chat load: /dashboard from the admin
         listener, charts show data, and after `POST /admin/faults {"metrics":"freeze"}` on replica 1
         the stale warning names replica-1 and not the others. While the admin listener does not
@@ -15,6 +16,7 @@ Two runs:
 Run: python3 tests/integration/test_dashboard.py --sluice build/sluice [--require-real] [--screenshots DIR]
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -77,7 +79,9 @@ def stub_run(shots):
     try:
         base = f"http://127.0.0.1:{port}"
         args = ["--url", base, "--freeze-url", f"{base}/stub/freeze?endpoint=e2", "--stale", "e2",
-                "--fresh", "e1,e3", "--rejects-url", f"{base}/stub/rejects?per_s=8"]
+                "--fresh", "e1,e3", "--rejects-url", f"{base}/stub/rejects?per_s=8",
+                "--diagnoses", json.dumps([[f"{base}/stub/scenario?name=pegged", "Engines are pegged"],
+                                           [f"{base}/stub/scenario?name=idle_queueing", "engines look idle"]])]
         if shots:
             args += ["--screenshot", os.path.join(shots, "stub.png")]
         return run_spec(args)
@@ -112,7 +116,7 @@ class MetricsProxy:
         self.srv.server_close()
 
 
-def real_run(sluice, shots, require_real):
+def real_run(sluice, shots, require_real, fault="freeze"):
     """Returns True (passed), False (failed) or None (skipped: the gateway does not serve /dashboard)."""
     model = sluice_fleet.MODEL
     procs = []
@@ -168,7 +172,7 @@ def real_run(sluice, shots, require_real):
             return None
         log(f"load so far: {counts}")
         args = ["--url", f"http://127.0.0.1:{page_port}",
-                "--freeze-url", f"http://127.0.0.1:{ports[1]}/admin/faults", "--freeze-body", '{"metrics":"freeze"}',
+                "--freeze-url", f"http://127.0.0.1:{ports[1]}/admin/faults", "--freeze-body", json.dumps({"metrics": fault}),
                 "--stale", "replica-1", "--fresh", "replica-0,replica-2"]
         if shots:
             args += ["--screenshot", os.path.join(shots, "real.png")]
@@ -190,6 +194,8 @@ def main():
     ap.add_argument("--require-real", action="store_true", help="fail when sluice does not serve /dashboard")
     ap.add_argument("--screenshots", default=None, help="directory for before/stale screenshots")
     ap.add_argument("--only", choices=["stub", "real"], default=None)
+    ap.add_argument("--real-fault", choices=["freeze", "fail", "slow"], default="freeze",
+                    help="the sim metrics fault applied to replica 1 (POST /admin/faults {\"metrics\": ...})")
     a = ap.parse_args()
     ensure_browser_tooling()
     if a.screenshots:
@@ -211,7 +217,7 @@ def main():
                 log(f"SKIP real run: no sluice binary ({a.sluice})")
                 skipped += 1
         else:
-            r = real_run(a.sluice, a.screenshots, a.require_real)
+            r = real_run(a.sluice, a.screenshots, a.require_real, a.real_fault)
             if r is None:
                 skipped += 1
             elif r:

@@ -59,7 +59,9 @@
     options() {
       const width = Math.max(300, this.el.clientWidth || 600);
       const scales = { x: { time: true } };
-      const axes = [{ stroke: "#aab", grid: { stroke: "#2a2f3a" }, ticks: { stroke: "#2a2f3a" } }];
+      const axes = [{ stroke: "#aab", grid: { stroke: "#2a2f3a" }, ticks: { stroke: "#2a2f3a" }, space: 70,
+        incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600],
+        values: (u, vals) => vals.map((v) => new Date(v * 1000).toLocaleTimeString([], { hour12: false })) }];
       let side = 3;
       for (const [name, s] of Object.entries(this.scales)) {
         scales[name] = s.range ? { auto: false, range: s.range } : { auto: true, range: (u, lo, hi) => [0, Math.max(hi * 1.1, s.min || 1e-9)] };
@@ -87,6 +89,8 @@
       } else {
         this.chart.setData(this.data());
       }
+      // Not hovering: the legend shows the latest values.
+      if (!(this.chart.cursor.left >= 0)) this.chart.setLegend({ idx: this.xs.length - 1 });
     }
     resize() { if (this.chart) this.chart.setSize({ width: Math.max(300, this.el.clientWidth), height: 220 }); }
     // For tests and operators poking in devtools: points per series.

@@ -2,13 +2,14 @@
 //
 //   node web/test/dashboard.spec.mjs --url http://127.0.0.1:PORT \
 //        --freeze-url URL [--freeze-body JSON] --stale NAME [--fresh NAME,NAME]
-//        [--rejects-url URL] [--screenshot out.png]
+//        [--rejects-url URL] [--diagnoses '[["URL","REGEX"],...]'] [--screenshot out.png]
 //
 // 1. loads URL/dashboard, waits until every chart has points (uPlot data, not just a canvas);
 // 2. checks no stale warning is shown while all endpoints are fresh;
 // 3. POSTs --freeze-url (freezes one replica's metrics), then waits for the stale warning naming
 //    --stale and not naming the --fresh ones;
-// 4. with --rejects-url, POSTs it and waits for the rejects warning.
+// 4. with --rejects-url, POSTs it and waits for the rejects warning;
+// 5. with --diagnoses, POSTs each URL in turn and waits for the diagnosis line to match REGEX.
 // Prints one JSON line per step and exits non-zero on the first failure.
 import { chromium } from "playwright-core";
 import fs from "node:fs";
@@ -133,6 +134,18 @@ try {
       return { ok: !r.hidden && /Rejects (rising|high)/.test(r.text), ...r };
     }, 20000);
     log("reject-warning", { text: b.text });
+  }
+
+  for (const [url, regex] of JSON.parse(opt.diagnoses || "[]")) {
+    await post(url);
+    const t0 = Date.now();
+    const d = await waitFor(`diagnosis /${regex}/`, async () => {
+      const r = await page.evaluate(() => ({ hidden: document.getElementById("diagnosis").hidden,
+        text: document.getElementById("diagnosis").textContent }));
+      return { ok: !r.hidden && new RegExp(regex).test(r.text), ...r };
+    }, 25000);
+    log("diagnosis", { after_ms: Date.now() - t0, text: d.text });
+    if (opt.screenshot) await page.screenshot({ path: opt.screenshot.replace(/\.png$/, "") + `-diag-${regex.replace(/\W+/g, "_").slice(0, 20)}.png`, fullPage: true });
   }
 
   if (external.length) throw new Error(`the page fetched from other origins: ${external.slice(0, 5)}`);
