@@ -1,0 +1,56 @@
+// The end of every request: its explicit outcome and the record that the one completion path
+// (Gateway::complete) turns into a structured JSON access-log line and metrics.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/time.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace sluice {
+
+enum class Outcome { ok, upstream_error, client_cancelled, timeout, rejected };
+std::string_view to_string(Outcome o);
+
+struct RequestRecord {
+  std::string id;          // x-request-id (passed through or generated)
+  std::string tenant;      // x-gateway-inference-fairness-id, else body `user`, else "-"
+  std::string model;       // as the client named it
+  std::string pool;
+  std::string endpoint;    // the last endpoint tried
+  std::string reason;      // why it was rejected / failed (bad_request, unknown_model, ...)
+  std::string path;
+  int status = 0;
+  Outcome outcome = Outcome::ok;
+  bool stream = false;
+  int attempts = 0;
+  int64_t prompt_tokens = -1;      // -1: unknown (no usage reported)
+  int64_t completion_tokens = -1;
+  int64_t cached_tokens = -1;
+  int64_t token_events = 0;        // streamed chunks that carried output
+  std::optional<Duration> ttft;
+  Duration max_gap{0};             // longest gap between streamed token events
+  Duration duration{0};
+  bool cancelled_while_streaming = false;
+};
+
+// Writes one JSON line per request. Path "-" is stdout, "off" disables it, anything else a file.
+class AccessLog {
+ public:
+  explicit AccessLog(const std::string& path);
+  ~AccessLog();
+  void write(const RequestRecord& r);
+  void flush();
+
+ private:
+  std::shared_ptr<spdlog::logger> logger_;
+};
+
+// The JSON line for a record (without newline).
+std::string access_log_line(const RequestRecord& r);
+
+}  // namespace sluice

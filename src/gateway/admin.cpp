@@ -1,0 +1,85 @@
+#include "gateway/admin.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+#include "gateway/gateway.h"
+#include "gateway/http_util.h"
+
+namespace sluice {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+AdminListener::AdminListener(asio::io_context& io, Gateway& gateway, const tcp::endpoint& at)
+    : gateway_(gateway), acceptor_(io) {
+  acceptor_.open(at.protocol());
+  acceptor_.set_option(asio::socket_base::reuse_address(true));
+  acceptor_.bind(at);
+  acceptor_.listen();
+}
+
+uint16_t AdminListener::port() const { return acceptor_.local_endpoint().port(); }
+
+void AdminListener::start() { asio::co_spawn(acceptor_.get_executor(), accept_loop(), asio::detached); }
+
+void AdminListener::stop() {
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+}
+
+asio::awaitable<void> AdminListener::accept_loop() {
+  while (acceptor_.is_open()) {
+    auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
+    if (ec) {
+      if (ec == asio::error::operation_aborted) co_return;
+      continue;
+    }
+    asio::co_spawn(acceptor_.get_executor(), serve(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
+  boost::beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(16 << 10);
+    parser.body_limit(64 << 10);
+    auto [ec, n] = co_await http::async_read(socket, buffer, parser, use_tuple);
+    if (ec) break;
+    auto& req = parser.get();
+    const bool keep_alive = req.keep_alive();
+    std::string_view path = req.target();
+    if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
+    std::string out;
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+      out = error_response(api_error(405, "Use GET.", "invalid_request_error", {}, "method_not_allowed"), keep_alive,
+                           {{"Allow", "GET"}});
+    } else if (path == "/metrics") {
+      out = simple_response(200, "text/plain; version=0.0.4; charset=utf-8", gateway_.registry().render(), keep_alive);
+    } else if (path == "/healthz") {
+      out = simple_response(200, "application/json", "{\"status\":\"ok\"}", keep_alive);
+    } else if (path == "/readyz") {
+      bool ready = gateway_.ready();
+      out = simple_response(ready ? 200 : 503, "application/json",
+                            ready ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}", keep_alive);
+    } else {
+      out = error_response(api_error(404, fmt::format("Unknown path {}.", path), "invalid_request_error", {}, "not_found"),
+                           keep_alive);
+    }
+    auto [wec, wn] = co_await asio::async_write(socket, asio::buffer(out), use_tuple);
+    if (wec || !keep_alive) break;
+  }
+  boost::system::error_code ignored;
+  socket.shutdown(tcp::socket::shutdown_send, ignored);
+  socket.close(ignored);
+}
+
+}  // namespace sluice

@@ -1,0 +1,93 @@
+#include "gateway/gateway.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/models_list.h"
+#include "core/picker/policy_factory.h"
+
+namespace sluice {
+
+GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
+    : requests(r.counter("sluice_requests_total", "Finished requests by outcome.", {"pool", "model", "status", "outcome"})),
+      rejects(r.counter("sluice_rejects_total", "Requests refused by the gateway, by reason.", {"pool", "reason"})),
+      cancellations(r.counter("sluice_cancellations_total", "Client disconnects by phase.", {"phase"})),
+      duration(r.histogram("sluice_request_duration_seconds", "End-to-end request duration at the gateway.", {"pool"},
+                           duration_buckets())),
+      ttft(r.histogram("sluice_ttft_seconds", "Gateway-measured time to first token.", {"pool"}, ttft_buckets())),
+      itl(r.histogram("sluice_itl_seconds", "Gateway-measured gap between streamed token events.", {"pool"},
+                      itl_buckets())) {}
+
+Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& options)
+    : config_(std::move(config)),
+      epoch_(std::chrono::steady_clock::now()),
+      metrics_(registry_),
+      access_log_(options.access_log) {
+  uint64_t seed = options.seed;
+  for (const auto& pool : config_->pools)
+    routers_.emplace(pool.name, std::make_unique<PoolRouter>(pool, make_policy(pool, seed++)));
+  const auto created = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+  models_json_ = models_list_json(*config_, created);
+
+  // Endpoint series whose values live in the routers.
+  registry_.add_collector([this](std::string& out) {
+    const Time t = now();
+    std::string picks, inflight, healthy;
+    for (const auto& [name, router] : routers_) {
+      for (const auto& ep : router->snapshot(t)) {
+        std::string labels;
+        append_labels(labels, {"pool", "endpoint"}, {name, ep.name});
+        picks += fmt::format("sluice_picks_total{{{}}} {}\n", labels, ep.load.picks_total);
+        inflight += fmt::format("sluice_endpoint_inflight_requests{{{}}} {}\n", labels, ep.load.in_flight);
+        healthy += fmt::format("sluice_endpoint_healthy{{{}}} {}\n", labels, ep.healthy ? 1 : 0);
+      }
+    }
+    out += "# HELP sluice_picks_total Dispatches per endpoint.\n# TYPE sluice_picks_total counter\n" + picks;
+    out += "# HELP sluice_endpoint_inflight_requests The gateway's own in-flight count.\n"
+           "# TYPE sluice_endpoint_inflight_requests gauge\n" + inflight;
+    out += "# HELP sluice_endpoint_healthy 1 when the endpoint takes traffic.\n"
+           "# TYPE sluice_endpoint_healthy gauge\n" + healthy;
+    out += fmt::format("# HELP sluice_active_requests Requests being served by the gateway.\n"
+                       "# TYPE sluice_active_requests gauge\nsluice_active_requests {}\n"
+                       "# HELP sluice_open_connections Open client connections.\n"
+                       "# TYPE sluice_open_connections gauge\nsluice_open_connections {}\n",
+                       active_requests.load(), connections.load());
+  });
+}
+
+PoolRouter* Gateway::router(std::string_view pool) {
+  auto it = routers_.find(pool);
+  return it == routers_.end() ? nullptr : it->second.get();
+}
+
+Time Gateway::now() const {
+  return std::chrono::duration_cast<Time>(std::chrono::steady_clock::now() - epoch_);
+}
+
+bool Gateway::ready() const {
+  if (draining.load()) return false;
+  for (const auto& [name, router] : routers_) {
+    bool any = false;
+    for (size_t i = 0; i < router->size() && !any; ++i) any = router->healthy(i);
+    if (!any) return false;
+  }
+  return true;
+}
+
+void Gateway::complete(const RequestRecord& r) {
+  const std::string status = std::to_string(r.status);
+  const std::string_view pool = r.pool.empty() ? std::string_view("-") : std::string_view(r.pool);
+  // Unknown model names are client-chosen: keep them out of label values (unbounded cardinality).
+  const std::string_view model = r.reason == "unknown_model" || r.model.empty() ? std::string_view("-") : std::string_view(r.model);
+  metrics_.requests.with({pool, model, status, to_string(r.outcome)}).inc();
+  metrics_.duration.with({pool}).observe(to_seconds(r.duration));
+  if (r.ttft) metrics_.ttft.with({pool}).observe(to_seconds(*r.ttft));
+  if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, r.reason}).inc();
+  if (r.outcome == Outcome::client_cancelled)
+    metrics_.cancellations.with({r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
+  access_log_.write(r);
+}
+
+}  // namespace sluice

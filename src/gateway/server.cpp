@@ -1,0 +1,180 @@
+#include "gateway/server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include "gateway/admin.h"
+#include "gateway/http_util.h"
+#include "gateway/session.h"
+
+namespace sluice {
+
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+tcp::endpoint resolve_listen(const Address& a) {
+  asio::io_context io;
+  tcp::resolver r(io);
+  auto results = r.resolve(a.host, std::to_string(a.port));
+  if (results.empty()) throw std::runtime_error("cannot resolve " + a.str());
+  return results.begin()->endpoint();
+}
+}  // namespace
+
+Worker::Worker(Gateway& gateway, int index, int workers)
+    : gateway_(gateway), index_(index), io_(1), acceptor_(io_), upstream_(io_.get_executor(), gateway.config(), workers),
+      housekeeping_timer_(io_) {}
+
+void Worker::listen(const tcp::endpoint& at, bool reuse_port) {
+  acceptor_.open(at.protocol());
+  acceptor_.set_option(asio::socket_base::reuse_address(true));
+  if (reuse_port) {
+    int one = 1;
+    ::setsockopt(acceptor_.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  }
+  acceptor_.bind(at);
+  acceptor_.listen(asio::socket_base::max_listen_connections);
+}
+
+void Worker::start() {
+  asio::co_spawn(io_, accept_loop(), asio::detached);
+  asio::co_spawn(io_, housekeeping(), asio::detached);
+}
+
+asio::awaitable<void> Worker::accept_loop() {
+  const auto max_connections = gateway_.config().limits.max_connections;
+  while (acceptor_.is_open()) {
+    auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
+      spdlog::warn("accept failed: {}", ec.message());
+      asio::steady_timer pause(io_, std::chrono::milliseconds(10));  // EMFILE and friends
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    if (gateway_.connections.load(std::memory_order_relaxed) >= max_connections) {
+      // Over the connection limit: a best-effort 503 without reading the request, then close.
+      static const std::string busy = error_response(
+          api_error(503, "The gateway is at its connection limit; retry later.", "server_error", {}, "too_many_connections"),
+          false);
+      boost::system::error_code ignored;
+      socket.non_blocking(true, ignored);
+      ::send(socket.native_handle(), busy.data(), busy.size(), MSG_NOSIGNAL);
+      socket.shutdown(tcp::socket::shutdown_send, ignored);
+      socket.close(ignored);
+      continue;
+    }
+    Session::start(*this, std::move(socket));
+  }
+}
+
+asio::awaitable<void> Worker::housekeeping() {
+  while (!draining_) {
+    housekeeping_timer_.expires_after(std::chrono::seconds(1));
+    co_await housekeeping_timer_.async_wait(use_tuple);
+    upstream_.sweep(SteadyClock::now());
+  }
+}
+
+void Worker::begin_drain() {
+  draining_ = true;
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  housekeeping_timer_.cancel();
+  upstream_.close_idle();
+  std::vector<Session*> snapshot(sessions_.begin(), sessions_.end());
+  for (auto* s : snapshot) s->close_if_idle();
+}
+
+void Worker::abort_all() {
+  std::vector<Session*> snapshot(sessions_.begin(), sessions_.end());
+  for (auto* s : snapshot) s->abort();
+}
+
+Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options) {
+  GatewayOptions gopts;
+  gopts.access_log = options.access_log;
+  gateway_ = std::make_unique<Gateway>(config, gopts);
+  const int n = options.workers > 0 ? options.workers : config->workers;
+  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*gateway_, i, n));
+
+  // The first acceptor picks the port (the config may say 0); the others join it with SO_REUSEPORT.
+  tcp::endpoint at = resolve_listen(config->listen);
+  workers_[0]->listen(at, n > 1);
+  at.port(workers_[0]->local_endpoint().port());
+  for (int i = 1; i < n; ++i) workers_[i]->listen(at, true);
+  port_ = at.port();
+
+  admin_ = std::make_unique<AdminListener>(workers_[0]->io(), *gateway_, resolve_listen(config->admin));
+  admin_port_ = admin_->port();
+}
+
+Server::~Server() = default;
+
+int Server::run() {
+  asio::io_context control;
+  asio::signal_set signals(control, SIGINT, SIGTERM);
+  const auto& cfg = gateway_->config();
+  std::atomic<bool> stop_now{false};
+  std::optional<SteadyClock::time_point> drain_deadline;
+
+  for (auto& w : workers_) w->start();
+  admin_->start();
+  for (auto& w : workers_) threads_.emplace_back([&io = w->io()] { io.run(); });
+  spdlog::info("sluice listening on http://{}:{} (admin http://{}:{}), {} workers", cfg.listen.host, port_,
+               cfg.admin.host, admin_port_, workers_.size());
+
+  std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (drain_deadline) {
+      spdlog::warn("second signal: stopping now");
+      stop_now = true;
+      return;
+    }
+    spdlog::info("signal {}: draining (up to {} ms)", sig, to_millis(cfg.drain_timeout));
+    gateway_->draining = true;
+    drain_deadline = SteadyClock::now() + cfg.drain_timeout;
+    for (auto& w : workers_) asio::post(w->io(), [wp = w.get()] { wp->begin_drain(); });
+    signals.async_wait(on_signal);
+  };
+  signals.async_wait(on_signal);
+
+  // Poll: flush the access log, and end the drain when nothing is in flight or time is up.
+  asio::steady_timer tick(control);
+  std::function<void(const boost::system::error_code&)> on_tick = [&](const boost::system::error_code&) {
+    gateway_->access_log().flush();
+    if (drain_deadline) {
+      const bool idle = gateway_->active_requests.load() == 0;
+      if (idle || stop_now || SteadyClock::now() >= *drain_deadline) {
+        if (!idle) spdlog::warn("drain timeout: {} requests still in flight", gateway_->active_requests.load());
+        control.stop();
+        return;
+      }
+    }
+    tick.expires_after(drain_deadline ? std::chrono::milliseconds(10) : std::chrono::milliseconds(250));
+    tick.async_wait(on_tick);
+  };
+  tick.expires_after(std::chrono::milliseconds(250));
+  tick.async_wait(on_tick);
+  control.run();
+
+  // Close whatever is left and give the coroutines a moment to unwind, so every session (and the
+  // upstream leases it holds) is gone before the workers are destroyed.
+  for (auto& w : workers_) asio::post(w->io(), [wp = w.get()] { wp->abort_all(); });
+  admin_->stop();
+  for (int i = 0; i < 100 && gateway_->connections.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (auto& w : workers_) w->io().stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  gateway_->access_log().flush();
+  spdlog::info("sluice stopped");
+  return 0;
+}
+
+}  // namespace sluice

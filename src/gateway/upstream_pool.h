@@ -1,0 +1,96 @@
+// Per-worker pool of upstream (model server) connections, one slot per endpoint. Each worker
+// thread owns its pool outright (one io_context per thread), so leasing and returning need no lock.
+// Limits (config `upstream`): max_connections_per_endpoint and max_idle_per_endpoint are split
+// evenly across workers (rounded up); idle connections older than idle_timeout are closed.
+//
+//   acquire: reuse the most recently returned idle connection (LIFO keeps connections warm) after
+//            a non-blocking peek shows the server has not closed it; else connect, within the
+//            deadline; at the open limit, wait (FIFO) for a lease to come back, within the deadline.
+//   lease:   RAII; returns the connection to the idle list only if `reusable()` was called (the
+//            response was read completely and cleanly), otherwise closes it. A cancelled stream
+//            therefore always closes its upstream connection, which makes the engine abort.
+#pragma once
+#include <chrono>
+#include <deque>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "core/config.h"
+
+namespace sluice {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+class UpstreamPool;
+
+class UpstreamLease {
+ public:
+  UpstreamLease() = default;
+  UpstreamLease(UpstreamLease&& o) noexcept { *this = std::move(o); }
+  UpstreamLease& operator=(UpstreamLease&& o) noexcept;
+  ~UpstreamLease() { release(); }
+
+  explicit operator bool() const { return socket_ != nullptr; }
+  tcp::socket& socket() { return *socket_; }
+  bool reused() const { return reused_; }
+  // The response was read completely: the connection may serve another request.
+  void reusable() { reusable_ = true; }
+  void release();
+
+ private:
+  friend class UpstreamPool;
+  struct Slot* slot_ = nullptr;
+  std::unique_ptr<tcp::socket> socket_;
+  bool reused_ = false;
+  bool reusable_ = false;
+};
+
+struct Slot {
+  std::string name;
+  Address address;
+  std::vector<tcp::endpoint> resolved;
+  int open = 0;        // leased + idle
+  int max_open = 1;
+  int max_idle = 0;
+  std::chrono::nanoseconds idle_timeout{};
+  struct Idle {
+    std::unique_ptr<tcp::socket> socket;
+    SteadyClock::time_point since;
+  };
+  std::deque<Idle> idle;                    // back = most recently returned
+  std::list<asio::steady_timer*> waiters;   // acquirers parked at the open limit
+  bool closing = false;
+  void wake_one();
+};
+
+struct AcquireResult {
+  boost::system::error_code error;  // timed_out when the deadline passed
+  UpstreamLease lease;
+};
+
+class UpstreamPool {
+ public:
+  UpstreamPool(asio::any_io_executor executor, const Config& config, int workers);
+  // `pool` and `endpoint` index the config's pools and their endpoints.
+  asio::awaitable<AcquireResult> acquire(size_t pool, size_t endpoint, SteadyClock::time_point deadline);
+  // Closes idle connections past their idle timeout (called periodically by the worker).
+  void sweep(SteadyClock::time_point now);
+  // Drain: close every idle connection and stop keeping new ones.
+  void close_idle();
+  size_t idle_count(size_t pool, size_t endpoint) const;
+
+ private:
+  asio::awaitable<AcquireResult> connect(Slot& slot, SteadyClock::time_point deadline);
+  asio::any_io_executor executor_;
+  std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
+};
+
+}  // namespace sluice

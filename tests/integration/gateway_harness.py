@@ -1,0 +1,149 @@
+"""Process helpers for the gateway's integration tests: start the fake upstream and `sluice serve`
+on loopback ephemeral ports, and always stop them. Standard library only."""
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import http.client
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_line_matching(stream, needle, timeout):
+    """Reads lines from a pipe until one contains `needle`; returns it (or raises)."""
+    deadline = time.time() + timeout
+    seen = []
+    while time.time() < deadline:
+        r, _, _ = select.select([stream], [], [], max(0.0, deadline - time.time()))
+        if not r:
+            break
+        line = stream.readline()
+        if not line:
+            break
+        line = line.decode(errors="replace")
+        seen.append(line)
+        if needle in line:
+            return line
+    raise RuntimeError(f"did not see {needle!r} in time; got: {''.join(seen)[-2000:]}")
+
+
+class FakeUpstream:
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_upstream.py"), "--port", "0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        line = read_line_matching(self.proc.stdout, "PORT", 10)
+        self.port = int(line.split()[1])
+
+    def get(self, path):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        c.request("GET", path)
+        body = c.getresponse().read()
+        c.close()
+        return json.loads(body)
+
+    def log(self):
+        return self.get("/_log")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+
+
+class Gateway:
+    def __init__(self, sluice, config_text, workers=None):
+        self.dir = tempfile.mkdtemp(prefix="sluice-gw-")
+        self.config_path = os.path.join(self.dir, "config.yaml")
+        self.access_log = os.path.join(self.dir, "access.log")
+        with open(self.config_path, "w") as f:
+            f.write(config_text)
+        cmd = [sluice, "serve", "-c", self.config_path, "--access-log", self.access_log]
+        if workers:
+            cmd += ["--workers", str(workers)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        line = read_line_matching(self.proc.stderr, "listening on", 10)
+        # "sluice listening on http://127.0.0.1:P (admin http://127.0.0.1:A), N workers"
+        parts = line.split("http://")
+        self.port = int(parts[1].split(":")[1].split()[0])
+        self.admin_port = int(parts[2].split(":")[1].split(")")[0])
+
+    def conn(self, timeout=10):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=10):
+        c = self.conn(timeout)
+        try:
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read()
+        finally:
+            c.close()
+
+    def admin(self, path):
+        c = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=5)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
+    def access_records(self, min_count=0, timeout=3):
+        """Access-log lines (flushed every 250 ms by the gateway)."""
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with open(self.access_log) as f:
+                    recs = [json.loads(l) for l in f if l.strip()]
+            except FileNotFoundError:
+                recs = []
+            if len(recs) >= min_count or time.time() > deadline:
+                return recs
+            time.sleep(0.05)
+
+    def signal(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+
+
+def raw_exchange(port, data, timeout=5, wait_before_read=0.0, shut_write=False):
+    """Sends raw bytes, returns everything received until the server closes or `timeout`."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        if shut_write:
+            s.shutdown(socket.SHUT_WR)
+        if wait_before_read:
+            time.sleep(wait_before_read)
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        s.close()
+
+
+def parse_status(raw):
+    head = raw.split(b"\r\n", 1)[0].decode()
+    return int(head.split()[1]) if head.startswith("HTTP/1.1") else None
+
+
+def body_of(raw):
+    return raw.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in raw else b""
