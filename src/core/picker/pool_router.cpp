@@ -68,7 +68,8 @@ std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
   // The hard in-flight cap is the gateway's own: an endpoint at it is saturated whatever it scores.
   for (auto& c : out)
     if (endpoints_[c.endpoint].load.in_flight >= config_.max_in_flight_per_endpoint) c.saturated = true;
-  std::stable_partition(out.begin(), out.end(), [](const Candidate& c) { return !c.saturated; });
+  if (std::any_of(out.begin(), out.end(), [](const Candidate& c) { return c.saturated; }))
+    std::stable_partition(out.begin(), out.end(), [](const Candidate& c) { return !c.saturated; });
   return out;
 }
 

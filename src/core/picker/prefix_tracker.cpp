@@ -34,9 +34,10 @@ void PrefixTracker::hash(const PickRequest& req) {
 }
 
 std::span<const uint32_t> PrefixTracker::match(const PickRequest& req) {
-  hash(req);
   matched_.resize(index_.endpoints());
-  index_.match(blocks_, matched_);
+  index_.match_text(req.text, block_chars(), PrefixIndex::seed(req.model, req.adapter, req.cache_salt),
+                    opts_.max_blocks, matched_);
+  request_blocks_ = std::min(req.text.size() / block_chars(), opts_.max_blocks);
   return matched_;
 }
 

@@ -35,7 +35,7 @@ class PrefixTracker {
   int64_t cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const;
   int block_tokens() const { return block_tokens_; }
   size_t block_chars() const { return static_cast<size_t>(block_tokens_) * 4; }
-  size_t request_blocks() const { return blocks_.size(); }
+  size_t request_blocks() const { return request_blocks_; }  // of the last match()
   const PrefixIndex& index() const { return index_; }
 
  private:
@@ -46,6 +46,7 @@ class PrefixTracker {
   int block_tokens_ = 16;
   std::vector<uint64_t> blocks_;
   std::vector<uint32_t> matched_;
+  size_t request_blocks_ = 0;
 };
 
 }  // namespace sluice

@@ -82,8 +82,7 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
   out.clear();
   for (size_t i = 0; i < endpoints.size(); ++i)
     out.push_back({endpoints[i].index, -evals_[i].ttft_ms, evals_[i].cached, evals_[i].saturated});
-  sort_candidates(out, endpoints, cursor_, pool_size_of(endpoints));
-  std::stable_partition(out.begin(), out.end(), [](const Candidate& c) { return !c.saturated; });
+  sort_candidates(out, endpoints, cursor_, pool_size_of(endpoints));  // saturated last
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time) {

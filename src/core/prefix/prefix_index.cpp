@@ -34,7 +34,7 @@ void PrefixIndex::hash_blocks(std::string_view text, size_t block_chars, uint64_
   out.reserve(n);
   uint64_t h = seed;
   for (size_t i = 0; i < n; ++i) {
-    h = XXH64(text.data() + i * block_chars, block_chars, h);
+    h = XXH3_64bits_withSeed(text.data() + i * block_chars, block_chars, h);
     out.push_back(h);
   }
 }
@@ -269,6 +269,50 @@ void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> ma
     }
     if (!any) return;
   }
+}
+
+void PrefixIndex::match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
+                             std::span<uint32_t> matched) const {
+  const size_t ne = std::min(matched.size(), lrus_.size());
+  if (ne > 64 || block_chars == 0) {
+    std::vector<uint64_t> blocks;
+    hash_blocks(text, block_chars, seed, max_blocks, blocks);
+    match(blocks, matched);
+    return;
+  }
+  std::fill(matched.begin(), matched.end(), 0u);
+  if (ne == 0 || entries_ == 0) return;
+  const size_t total = std::min(text.size() / block_chars, max_blocks);
+  const size_t n = slots_.size();
+  uint64_t running = ne == 64 ? ~uint64_t{0} : (uint64_t{1} << ne) - 1;
+  constexpr size_t kChunk = 32;
+  uint64_t hashes[kChunk];
+  uint64_t h = seed;
+  size_t i = 0;
+  while (i < total && running) {
+    const size_t m = std::min(kChunk, total - i);
+    for (size_t k = 0; k < m; ++k) {
+      h = XXH3_64bits_withSeed(text.data() + (i + k) * block_chars, block_chars, h);
+      hashes[k] = h;
+      __builtin_prefetch(&slots_[home(h)]);
+    }
+    for (size_t k = 0; k < m && running; ++k, ++i) {
+      const uint32_t fp = static_cast<uint32_t>(hashes[k]);
+      uint64_t mask = 0;
+      for (size_t j = home(hashes[k]);; j = (j + 1 == n ? 0 : j + 1)) {
+        const Slot& s = slots_[j];
+        if (s.head == kNil) break;
+        if (s.fp == fp) {
+          mask = s.mask;
+          break;
+        }
+      }
+      for (uint64_t dropped = running & ~mask; dropped; dropped &= dropped - 1)
+        matched[static_cast<size_t>(__builtin_ctzll(dropped))] = static_cast<uint32_t>(i);
+      running &= mask;
+    }
+  }
+  for (; running; running &= running - 1) matched[static_cast<size_t>(__builtin_ctzll(running))] = static_cast<uint32_t>(i);
 }
 
 void PrefixIndex::purge(size_t endpoint) {

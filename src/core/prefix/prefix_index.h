@@ -4,7 +4,8 @@
 // Blocks. The rendered request text (chat template applied, all messages in order, or the prompt)
 // is cut into blocks of `block_chars` characters = the engine's block_size tokens x ~4 characters
 // (16 tokens -> 64 characters). Only full blocks count, as in the engine. Block hashes are chained:
-//   h_0 = XXH64(model \0 adapter \0 cache_salt, 0),  h_i = XXH64(block_i, seed = h_{i-1})
+//   h_0 = XXH64(model \0 adapter \0 cache_salt, 0),  h_i = XXH3_64(block_i, seed = h_{i-1})
+// (xxHash's XXH3 64-bit function per block: ~4x faster than XXH64 on 64-byte inputs.)
 // so the same text under another model, adapter or salt never matches, and a block matches only if
 // every block before it matched (longest common prefix in whole blocks, like vLLM's hash chain).
 // A request hashes its whole text up to `max_blocks` (the policies default to 8192 blocks = 512k
@@ -58,6 +59,10 @@ class PrefixIndex {
   // matched[e] = number of leading blocks of `blocks` endpoint e holds (matched.size() must be
   // endpoints()). Const: does not refresh recency.
   void match(std::span<const uint64_t> blocks, std::span<uint32_t> matched) const;
+  // The same for a text, hashing it in chunks of 32 blocks and stopping as soon as no endpoint
+  // matches any more (a miss costs one chunk of hashing, not the whole prompt).
+  void match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
+                  std::span<uint32_t> matched) const;
   // Endpoint `e` was sent a request with these blocks: it will hold them (most recent first).
   void learn(size_t endpoint, std::span<const uint64_t> blocks);
   void purge(size_t endpoint);

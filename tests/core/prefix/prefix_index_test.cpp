@@ -159,6 +159,13 @@ void random_against_model(size_t endpoints) {
     model_learn(e, b);
     auto m = match(idx, b);
     for (size_t x = 0; x < endpoints; ++x) ASSERT_EQ(m[x], model_match(x, b)) << "step " << step << " endpoint " << x;
+    // The chunked text path agrees with hashing first (probe a text that may diverge mid-way).
+    std::string probe = std::string(64 * (1 + fam % 7), static_cast<char>('a' + fam)) + std::to_string(rng() % 5) +
+                        std::string(64 * 40, 'z');
+    auto pb = blocks_of(probe);
+    std::vector<uint32_t> mt(endpoints);
+    idx.match_text(probe, 64, PrefixIndex::seed("m", "", ""), 1 << 20, mt);
+    ASSERT_EQ(mt, match(idx, pb)) << "step " << step;
   }
   size_t total = 0;
   for (size_t e = 0; e < endpoints; ++e) {
