@@ -8,6 +8,7 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include "gateway/dashboard_assets.h"
 #include "gateway/gateway.h"
 #include "gateway/http_util.h"
 
@@ -64,6 +65,8 @@ asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
                            {{"Allow", "GET"}});
     } else if (path == "/metrics") {
       out = simple_response(200, "text/plain; version=0.0.4; charset=utf-8", gateway_.registry().render(), keep_alive);
+    } else if (const StaticAsset* asset = path.starts_with("/dashboard") ? find_dashboard_asset(path) : nullptr) {
+      out = simple_response(200, asset->content_type, asset->body, keep_alive);
     } else if (path == "/healthz") {
       out = simple_response(200, "application/json", "{\"status\":\"ok\"}", keep_alive);
     } else if (path == "/readyz") {

@@ -1,4 +1,5 @@
-// The admin listener: GET /metrics (Prometheus text), /healthz, /readyz. Separate from the data
+// The admin listener: GET /metrics (Prometheus text), /healthz, /readyz, and the live dashboard's
+// embedded static files at /dashboard (dashboard_assets.h). Separate from the data
 // path so scrapes and probes never queue behind client traffic limits. Connections are
 // keep-alive, requests tiny; it runs on worker 0's io_context.
 #pragma once
