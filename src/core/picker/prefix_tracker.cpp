@@ -16,12 +16,18 @@ void PrefixTracker::sync(std::span<const EndpointView> endpoints) {
   size_t n = index_.endpoints();
   for (const auto& v : endpoints) n = std::max(n, v.index + 1);
   if (n > index_.endpoints()) index_.grow(n);
+  bool block_size_seen = false;
   for (const auto& v : endpoints) {
     const EngineSignals* s = v.signals;
     if (!s || !s->present) continue;
-    if (s->block_size > 0 && s->block_size != block_tokens_ && s->block_size <= 4096) {
-      block_tokens_ = s->block_size;
-      reset(index_.endpoints());  // every hash was cut at the old block size
+    // The pool's block size is the first scraped endpoint's (a mixed pool gets one approximation
+    // instead of an index cleared on every pick).
+    if (!block_size_seen) {
+      block_size_seen = true;
+      if (s->block_size > 0 && s->block_size != block_tokens_ && s->block_size <= 4096) {
+        block_tokens_ = s->block_size;
+        reset(index_.endpoints());  // every hash was cut at the old block size
+      }
     }
     if (opts_.capacity_from_engine && s->kv_capacity_blocks > 0 && index_.capacity(v.index) != s->kv_capacity_blocks)
       index_.set_capacity(v.index, s->kv_capacity_blocks);

@@ -158,3 +158,26 @@ TEST(OraclePolicy, UsesTheCallbackNotTheIndex) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(PrefixTracker, BlockSizeFromTheFirstScrapedEndpointAndMixedPoolsKeepTheIndex) {
+  PrefixTracker t;
+  testing::FakePool pool(2);
+  pool.signals[0].block_size = 32;
+  pool.signals[1].block_size = 16;
+  auto v = pool.views();
+  t.sync(v);
+  EXPECT_EQ(t.block_tokens(), 32);
+  std::string text(128 * 4, 'k');
+  auto req = testing::chat(text);
+  t.learn(req, 1);
+  t.sync(v);  // must not clear what was learned
+  auto m = t.match(req);
+  EXPECT_EQ(m[1], 4u);  // 512 chars / 128-char blocks
+  EXPECT_EQ(t.cached_tokens(m[1], req.input_tokens), 128);
+}
+
+}  // namespace
+}  // namespace sluice
