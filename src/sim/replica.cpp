@@ -106,10 +106,18 @@ asio::awaitable<void> Replica::accept_loop() {
   }
 }
 
+// Steps follow the cost model's schedule: a step starts where the previous one was planned to end
+// and its timer fires at an absolute deadline, so a late wake-up (a loaded machine) is caught up
+// by the next steps instead of stretching every inter-token latency. After an idle period, or when
+// more than kMaxLag behind, the schedule restarts from the current time.
 asio::awaitable<void> Replica::step_loop() {
+  const Duration kMaxLag = std::chrono::milliseconds(50);
+  Time planned_end = now();
   while (!stopped_) {
+    const Time t_now = now();
+    const Time t_start = t_now - planned_end > kMaxLag ? t_now : std::max(planned_end, Time{0});
     std::optional<Duration> d;
-    if (engine_.has_work()) d = engine_.begin_step(now());
+    if (engine_.has_work()) d = engine_.begin_step(std::min(t_start, t_now));
     if (!d) {
       // Idle (or blocked): sleep until a submit wakes us; poll slowly if work is blocked.
       idle_ = true;
@@ -117,14 +125,15 @@ asio::awaitable<void> Replica::step_loop() {
       else idle_timer_.expires_at(asio::steady_timer::time_point::max());
       co_await idle_timer_.async_wait(tuple_awaitable);
       idle_ = false;
+      planned_end = now();
       continue;
     }
-    step_timer_.expires_after(real(*d));
+    planned_end = std::min(t_start, t_now) + *d;
+    step_timer_.expires_at(epoch_ + real(planned_end));
     co_await step_timer_.async_wait(tuple_awaitable);
     if (stopped_) co_return;
-    const Time t = now();
-    dispatch(engine_.end_step(t));
-    duty_.record(t, engine_.stats(t).busy_time);
+    dispatch(engine_.end_step(planned_end));
+    duty_.record(planned_end, engine_.busy_time(planned_end));
   }
 }
 

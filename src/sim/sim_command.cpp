@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <memory>
 
@@ -120,8 +122,18 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
   return out;
 }
 
+// Thousands of concurrent streams need as many sockets: lift the soft descriptor limit to the hard one.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 void run(const SimFlags& flags) {
   auto configs = build_configs(flags);
+  raise_fd_limit();
   boost::asio::io_context io(1);
   std::vector<std::unique_ptr<sim::Replica>> replicas;
   for (auto& rc : configs) {

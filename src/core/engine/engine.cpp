@@ -153,7 +153,7 @@ void Engine::finish(Request* r, FinishReason why, Time now) {
     case FinishReason::length: ++counters_.finished_length; break;
     case FinishReason::abort: ++counters_.finished_abort; break;
   }
-  hist_.e2e.observe(to_seconds(now - r->arrival));
+  hist_.e2e.observe(std::max(0.0, to_seconds(now - r->arrival)));
 }
 
 void Engine::register_full_blocks(Request* r) {
@@ -243,7 +243,7 @@ std::optional<Duration> Engine::begin_step(Time now) {
       r->registered = static_cast<size_t>(hit_blocks);
       if (r->first_scheduled < Time{0}) {
         r->first_scheduled = now;
-        hist_.queue.observe(to_seconds(now - r->queued));  // engine queue only, like vLLM
+        hist_.queue.observe(std::max(0.0, to_seconds(now - r->queued)));  // engine queue only, like vLLM
       }
       it = waiting_.erase(it);
       r->running = true;
@@ -323,9 +323,9 @@ StepResult Engine::end_step(Time now) {
     if (r->num_output == 1) {
       out.first_token = true;
       counters_.prompt_tokens += r->prompt_len;
-      hist_.ttft.observe(to_seconds(now - r->arrival));
+      hist_.ttft.observe(std::max(0.0, to_seconds(now - r->arrival)));
     } else {
-      hist_.itl.observe(to_seconds(now - r->last_token));
+      hist_.itl.observe(std::max(0.0, to_seconds(now - r->last_token)));
     }
     r->last_token = now;
     if (r->num_output >= r->max_output) {
@@ -355,6 +355,11 @@ bool Engine::unload_adapter(std::string_view name) {
   return lora_.evict(name);
 }
 
+Duration Engine::busy_time(Time now) const {
+  if (!in_flight_) return busy_done_;
+  return busy_done_ + std::clamp(now - step_start_, Duration{0}, step_duration_);
+}
+
 EngineStats Engine::stats(Time now) const {
   EngineStats s;
   s.num_waiting = static_cast<int64_t>(waiting_.size());
@@ -364,8 +369,7 @@ EngineStats Engine::stats(Time now) const {
   s.num_free_blocks = blocks_.num_free();
   s.counters = counters_;
   s.histograms = hist_;
-  s.busy_time = busy_done_;
-  if (in_flight_) s.busy_time += std::clamp(now - step_start_, Duration{0}, step_duration_);
+  s.busy_time = busy_time(now);
   for (const auto& [name, n] : running_adapters_)
     if (n > 0) s.running_adapters.push_back(name);
   std::sort(s.running_adapters.begin(), s.running_adapters.end());

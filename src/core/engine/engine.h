@@ -154,7 +154,8 @@ class Engine {
   // Adapter management (the server's registry decides which names are valid).
   bool unload_adapter(std::string_view name);
 
-  EngineStats stats(Time now) const;
+  EngineStats stats(Time now) const;  // a full snapshot (copies histograms): for scrapes
+  Duration busy_time(Time now) const;  // time spent in steps up to `now` (cheap)
   const EngineCounters& counters() const { return counters_; }
   const EngineHistograms& histograms() const { return hist_; }
   size_t num_waiting() const { return waiting_.size(); }
