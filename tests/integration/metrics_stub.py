@@ -4,6 +4,8 @@ real gateway is not available: serves canned, changing Prometheus text in the sh
 docs/metrics.md at /metrics, the built dashboard (web/dist) at /dashboard and /dashboard/*, and
 knobs to make incidents happen:
   POST /stub/freeze?endpoint=NAME      that endpoint's metrics stop updating: stale=1, scrape age grows
+  POST /stub/freeze?endpoint=NAME&silent=1   its engine counters and gauges stop moving but the gateway
+                                       still reports it fresh (a metrics handler serving one body forever)
   POST /stub/rejects?per_s=X           rejects per second (queue_full), 0 by default
   POST /stub/scenario?name=N           normal | idle_queueing (requests wait ~2 s at the gateway while
                                        engines are 10% busy) | pegged (engines 97% busy, KV 95%, rejects)
@@ -40,6 +42,7 @@ class Fleet:
         self.reject_per_s = 0.0
         self.scenario = "normal"
         self.frozen = {}  # endpoint -> time it froze
+        self.silent = set()  # frozen endpoints the gateway (wrongly) still reports fresh
         self.t0 = self.last = time.monotonic()
         self.c = {}  # counters: key tuple -> value
         self.queue_b = [0.0] * (len(QUEUE_LE) + 1)
@@ -146,11 +149,11 @@ class Fleet:
                     out.append(f'{name}{{pool="{p}",endpoint="{e}"}} {self.gauges[e][key]:.4g}')
             fam("sluice_endpoint_scrape_age_seconds", "gauge", "Age of the last good scrape.")
             for e in self.endpoints:
-                age = now - self.frozen[e] if e in self.frozen else 0.03
+                age = now - self.frozen[e] if e in self.frozen and e not in self.silent else 0.03
                 out.append(f'sluice_endpoint_scrape_age_seconds{{pool="{p}",endpoint="{e}"}} {age:.3f}')
             fam("sluice_endpoint_stale", "gauge", "1 when stale.")
             for e in self.endpoints:
-                stale = 1 if e in self.frozen and now - self.frozen[e] > 0.5 else 0
+                stale = 1 if e in self.frozen and e not in self.silent and now - self.frozen[e] > 0.5 else 0
                 out.append(f'sluice_endpoint_stale{{pool="{p}",endpoint="{e}"}} {stale}')
             fam("sluice_endpoint_healthy", "gauge", "1 when taking traffic.")
             for e in self.endpoints:
@@ -195,6 +198,8 @@ def make_handler(fleet, dist=DIST):
                 fleet.advance()
                 if url.path == "/stub/freeze" and q.get("endpoint") in fleet.endpoints:
                     fleet.frozen.setdefault(q["endpoint"], time.monotonic())
+                    if q.get("silent") == "1":
+                        fleet.silent.add(q["endpoint"])
                     return self.send(200, "frozen\n")
                 if url.path == "/stub/scenario" and q.get("name") in ("normal", "idle_queueing", "pegged"):
                     fleet.scenario = q["name"]

@@ -5,7 +5,8 @@ web/node_modules through web/test/dashboard.spec.mjs).
 Two runs:
   stub  the page served by tests/integration/metrics_stub.py (canned, changing /metrics text in the
         shape of docs/metrics.md): charts show data, freezing endpoint e2 raises the stale warning
-        naming e2 only, turning rejects on raises the rejects warning, and the diagnosis line names
+        naming e2 only, a "silent" freeze of e3 (counters stop, the gateway still says fresh) is
+        caught by the page's own frozen-counter check, turning rejects on raises the rejects warning, and the diagnosis line names
         the two classic incidents (engines pegged + rejects; queueing while engines idle).
   real  `sluice sim` (3 replicas) + `sluice serve` under chat load: /dashboard from the admin
         listener, charts show data, and after `POST /admin/faults {"metrics":"freeze"}` on replica 1
@@ -79,7 +80,8 @@ def stub_run(shots):
     try:
         base = f"http://127.0.0.1:{port}"
         args = ["--url", base, "--freeze-url", f"{base}/stub/freeze?endpoint=e2", "--stale", "e2",
-                "--fresh", "e1,e3", "--rejects-url", f"{base}/stub/rejects?per_s=8",
+                "--fresh", "e1,e3", "--silent-freeze-url", f"{base}/stub/freeze?endpoint=e3&silent=1",
+                "--silent-stale", "e3", "--rejects-url", f"{base}/stub/rejects?per_s=8",
                 "--diagnoses", json.dumps([[f"{base}/stub/scenario?name=pegged", "Engines are pegged"],
                                            [f"{base}/stub/scenario?name=idle_queueing", "engines look idle"]])]
         if shots:

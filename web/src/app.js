@@ -14,6 +14,8 @@
   const HISTORY_MS = LONG_WINDOW_MS + 5000;
   const MAX_POINTS = 300;         // five minutes at 1 s
   const STALE_AGE_S = 2;
+  const FROZEN_WINDOW_MS = 5000;  // engine counters unchanged this long while receiving requests: frozen
+  const FROZEN_MIN_PICKS = 5;
   const COLORS = ["#4e9af1", "#f1a04e", "#5ec27a", "#e05d5d", "#b07ee8", "#e6d155", "#4ed2d2",
     "#e87eb9", "#9aa0a6", "#8fd14f", "#d18f4f", "#6f7fe8"];
 
@@ -183,6 +185,32 @@
     const multiPool = new Set(eps.map(([, e]) => e.pool)).size > 1;
     const epLabel = (e) => (multiPool ? e.pool + "/" + e.endpoint : e.endpoint);
 
+    // Stale endpoints: the gateway says so (stale flag, scrape age), or the page sees it: the
+    // engine's prefix-cache counter and its waiting/running/KV gauges have not moved for
+    // FROZEN_WINDOW_MS while the gateway kept sending it requests (a metrics handler serving the
+    // same body forever scrapes "fine").
+    const stale = [];
+    const frozenFrom = snapshotBefore(FROZEN_WINDOW_MS);
+    const frozenSpan = frozenFrom ? cur.t - frozenFrom.t : 0;
+    for (const [, e] of eps) {
+      const mine = (l) => l.endpoint === e.endpoint && (l.pool || "") === e.pool;
+      const flag = gaugeOf(cur, "sluice_endpoint_stale", e);
+      const age = gaugeOf(cur, "sluice_endpoint_scrape_age_seconds", e);
+      let frozenPicks = null;
+      if (frozenSpan >= FROZEN_WINDOW_MS * 0.8) {
+        const sent = P.increase(frozenFrom, cur, "sluice_picks_total", mine);
+        const seen = P.increase(frozenFrom, cur, "sluice_engine_prefix_cache_queries_tokens_total", mine);
+        const total = gaugeOf(cur, "sluice_engine_prefix_cache_queries_tokens_total", e);
+        // A live engine that is merely busy still moves: its waiting count grows as requests arrive,
+        // or its KV usage and running count change. Frozen means all of them stand still.
+        const still = ["sluice_endpoint_waiting_requests", "sluice_endpoint_running_requests", "sluice_endpoint_kv_usage_ratio"]
+          .every((n) => gaugeOf(frozenFrom, n, e) === gaugeOf(cur, n, e));
+        if (sent >= FROZEN_MIN_PICKS && seen === 0 && total > 0 && still) frozenPicks = sent;
+      }
+      if (flag === 1 || (age != null && age > STALE_AGE_S) || frozenPicks != null)
+        stale.push({ ...e, age, frozenPicks, label: epLabel(e) });
+    }
+
     // Cluster-level figures over the short window.
     const rps = P.rate(short, cur, "sluice_requests_total", filter);
     // No reject series yet (nothing rejected since start) while requests are counted: 0/s.
@@ -196,7 +224,10 @@
     const predInc = P.increase(short, cur, "sluice_prefix_predicted_cached_tokens_total", filter);
     const promptInc = P.increase(short, cur, "sluice_prefix_prompt_tokens_total", filter);
     const predictedHit = promptInc > 0 ? predInc / promptInc : null;
-    const duties = eps.map(([, e]) => gaugeOf(cur, "sluice_endpoint_duty_cycle_ratio", e)).filter((v) => v != null);
+    // Average duty over endpoints with fresh metrics (a stale endpoint's gauge is from the past).
+    const staleKeys = new Set(stale.map((e) => e.pool + "/" + e.endpoint));
+    const fresh = eps.filter(([key]) => !staleKeys.has(key));
+    const duties = (fresh.length ? fresh : eps).map(([, e]) => gaugeOf(cur, "sluice_endpoint_duty_cycle_ratio", e)).filter((v) => v != null);
     const duty = duties.length ? duties.reduce((a, b) => a + b, 0) / duties.length : null;
     // Requests flowing and none observed in the queue histogram in the window: nobody waited, p99 = 0.
     const queueBuckets = P.bucketIncrease(short, cur, "sluice_queue_time_seconds", filter);
@@ -228,17 +259,13 @@
       return { key, label: epLabel(e), value: inc != null && dt > 0 ? inc / dt : null };
     }));
 
-    // Stale endpoints.
-    const stale = [];
-    for (const [, e] of eps) {
-      const flag = gaugeOf(cur, "sluice_endpoint_stale", e);
-      const age = gaugeOf(cur, "sluice_endpoint_scrape_age_seconds", e);
-      if (flag === 1 || (age != null && age > STALE_AGE_S)) stale.push({ ...e, age, label: epLabel(e) });
-    }
     state.stale = stale.map((e) => e.label);
+    const why = (e) => (e.frozenPicks != null && !(e.age > STALE_AGE_S)
+      ? ` (engine counters unchanged for ${fmtNum(frozenSpan / 1000, 0)} s while it was sent ${fmtNum(e.frozenPicks, 0)} requests)`
+      : e.age != null ? ` (last scrape ${fmtNum(e.age, 1)} s ago)` : "");
     setBanner("stale-banner", stale.length === 0 ? null :
       `<strong>Stale metrics</strong> on ${stale.length} endpoint${stale.length > 1 ? "s" : ""}: ` +
-      stale.map((e) => `<span class="ep">${esc(e.label)}</span>` + (e.age != null ? ` (last scrape ${fmtNum(e.age, 1)} s ago)` : "")).join(", ") +
+      stale.map((e) => `<span class="ep">${esc(e.label)}</span>` + why(e)).join(", ") +
       ". The picker is routing on old load and cache data for them.");
 
     // Rejects rising (or simply high).

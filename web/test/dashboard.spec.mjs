@@ -2,12 +2,15 @@
 //
 //   node web/test/dashboard.spec.mjs --url http://127.0.0.1:PORT \
 //        --freeze-url URL [--freeze-body JSON] --stale NAME [--fresh NAME,NAME]
+//        [--silent-freeze-url URL --silent-stale NAME]
 //        [--rejects-url URL] [--diagnoses '[["URL","REGEX"],...]'] [--screenshot out.png]
 //
 // 1. loads URL/dashboard, waits until every chart has points (uPlot data, not just a canvas);
 // 2. checks no stale warning is shown while all endpoints are fresh;
 // 3. POSTs --freeze-url (freezes one replica's metrics), then waits for the stale warning naming
 //    --stale and not naming the --fresh ones;
+//    with --silent-freeze-url, a second freeze the gateway does not flag (counters stop, scrape
+//    "fresh"): the warning must name --silent-stale too, from the page's own frozen-counter check;
 // 4. with --rejects-url, POSTs it and waits for the rejects warning;
 // 5. with --diagnoses, POSTs each URL in turn and waits for the diagnosis line to match REGEX.
 // Prints one JSON line per step and exits non-zero on the first failure.
@@ -124,6 +127,17 @@ try {
     log("stale-rows", { rows: row });
     if (opt.stale && !row.includes(opt.stale)) throw new Error(`endpoint table does not mark ${opt.stale} stale: ${row}`);
     if (opt.screenshot) await page.screenshot({ path: opt.screenshot.replace(/\.png$/, "") + "-stale.png", fullPage: true });
+  }
+
+  if (opt["silent-freeze-url"]) {
+    await post(opt["silent-freeze-url"]);
+    const t0 = Date.now();
+    const b = await waitFor(`stale warning naming ${opt["silent-stale"]}`, async () => {
+      const r = await page.evaluate(() => ({ hidden: document.getElementById("stale-banner").hidden,
+        text: document.getElementById("stale-banner").textContent, stale: globalThis.sluiceDashboard.state.stale }));
+      return { ok: !r.hidden && r.stale.includes(opt["silent-stale"]) && (!opt.stale || r.stale.includes(opt.stale)), ...r };
+    }, 20000);
+    log("silent-freeze-warning", { after_ms: Date.now() - t0, text: b.text });
   }
 
   if (opt["rejects-url"]) {
