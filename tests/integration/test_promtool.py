@@ -106,7 +106,7 @@ def main():
         failures.append(f"expected the rules to use at least 8 sluice series, found {sorted(used)}")
 
     # Each required alert family is present.
-    for alert in ["SluiceEngineMetricsStale", "SluiceRejectRateHigh", "SluiceRejectsRising",
+    for alert in ["SluiceEngineMetricsStale", "SluiceEngineMetricsFrozen", "SluiceRejectRateHigh", "SluiceRejectsRising",
                   "SluiceQueueTimeP99High", "SluiceKVCachePressure", "SluiceEngineScrapeErrors",
                   "SluicePrometheusTargetDown", "SluiceQueueingWhileEnginesIdle"]:
         if f"alert: {alert}\n" not in rules:
