@@ -3,9 +3,11 @@
 //   sluice validate  check a config file and print what it defines
 //   sluice sim       the engine simulator (N vLLM-compatible replicas on loopback ports)
 //   sluice fleetsim  policy comparisons on a simulated fleet in virtual time
+//   sluice bench     open-loop HTTP load generator (the same workloads and figures)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/bench_command.h"
 #include "core/config.h"
 #include "fleetsim/fleetsim_command.h"
 #include "gateway/serve_command.h"
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   add_validate_command(app);
   sluice::add_sim_command(app);
   sluice::add_fleetsim_command(app);
+  sluice::add_bench_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

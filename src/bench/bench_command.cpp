@@ -1,0 +1,182 @@
+// `sluice bench --url http://127.0.0.1:8080 --workload shared_prefix:small --rates 5,10
+//               --metrics-url http://127.0.0.1:8001/metrics,...`
+// For each rate: reads the engines' prefix-cache counters, sends the workload, reads them again,
+// and prints one table row (or a JSON line) with the figures and the engine-reported hit rate.
+#include "bench/bench_command.h"
+
+#include <fmt/format.h>
+#include <fstream>
+
+#include "bench/load_client.h"
+#include "core/json_escape.h"
+#include "core/picker/engine_metrics.h"
+#include "core/prom_text.h"
+
+namespace sluice {
+namespace {
+
+struct Flags {
+  std::string url;
+  std::string label = "target";
+  std::string workload = "shared_prefix:small";
+  std::string arrival = "poisson";
+  std::vector<double> rates{2.0};
+  double burstiness = 1.0;
+  int concurrency = 8;
+  int64_t requests = 100;
+  double duration_s = 0;
+  uint64_t seed = 1;
+  std::vector<std::string> metrics_urls;
+  double timeout_s = 600;
+  double time_scale = 1.0;
+  double slo_ttft_ms = 1000, slo_itl_ms = 50;
+  bool json = false, tenants = false, tenant_keys = false;
+  std::string api_key, json_out, model;
+};
+
+struct PrefixCounters {
+  double queries = 0, hits = 0;
+  size_t read = 0;
+};
+
+PrefixCounters read_counters(const std::vector<std::string>& urls) {
+  PrefixCounters c;
+  for (const auto& u : urls) {
+    std::string err;
+    auto text = bench::http_get(u, err);
+    if (!err.empty()) {
+      fmt::print(stderr, "bench: metrics {}: {}\n", u, err);
+      continue;
+    }
+    auto m = map_engine_metrics(parse_prom_text(text), EngineKind::vllm);
+    if (!m.recognized) {
+      fmt::print(stderr, "bench: metrics {}: {}\n", u, m.error);
+      continue;
+    }
+    c.queries += m.signals.prefix_queries;
+    c.hits += m.signals.prefix_hits;
+    c.read += 1;
+  }
+  return c;
+}
+
+int run(const Flags& f) {
+  auto target = bench::parse_http_url(f.url);
+  if (auto* e = std::get_if<std::string>(&target)) {
+    fmt::print(stderr, "bench: --url: {}\n", *e);
+    return 2;
+  }
+  if (!(f.time_scale > 0)) {
+    fmt::print(stderr, "bench: --time-scale must be positive\n");
+    return 2;
+  }
+  bench::LoadOptions opt;
+  opt.target = std::get<0>(target);
+  opt.timeout = from_seconds(f.timeout_s);
+  opt.time_scale = f.time_scale;
+  opt.tenant_as_api_key = f.tenant_keys;
+  opt.api_key = f.api_key;
+  opt.model = f.model;
+  workload::ArrivalSpec arr;
+  if (!workload::parse_arrival_kind(f.arrival, arr.kind)) {
+    fmt::print(stderr, "bench: --arrival must be poisson, gamma or concurrency\n");
+    return 2;
+  }
+  arr.burstiness = f.burstiness;
+  arr.concurrency = f.concurrency;
+  workload::WorkloadLimits lim;
+  lim.max_requests = f.requests;
+  if (f.duration_s > 0) lim.max_duration = from_seconds(f.duration_s);
+  workload::SloSpec slo{from_millis(f.slo_ttft_ms), from_millis(f.slo_itl_ms)};
+  const bool closed = arr.kind == workload::ArrivalKind::concurrency;
+
+  std::vector<workload::Figures> rows;
+  std::string json_lines, description;
+  for (double rate : closed ? std::vector<double>{0} : f.rates) {
+    arr.rate = rate;
+    auto wl = workload::make_workload(f.workload, arr, lim, f.seed);
+    if (auto* e = std::get_if<std::string>(&wl)) {
+      fmt::print(stderr, "bench: {}\n", *e);
+      return 2;
+    }
+    auto& w = *std::get<0>(wl);
+    description = w.describe();
+    const auto before = read_counters(f.metrics_urls);
+    auto result = bench::run_load(w, opt);
+    const auto after = read_counters(f.metrics_urls);
+    auto fig = workload::summarize(result.records, slo);
+    const std::string rate_label = closed ? fmt::format("c{}", arr.concurrency) : fmt::format("{:g}", rate);
+    fig.labels = {{"target", f.label}, {"rate", rate_label}};
+    if (!f.metrics_urls.empty() && after.read == f.metrics_urls.size() && before.read == after.read &&
+        after.queries > before.queries)
+      fig.prefix_hit_rate = (after.hits - before.hits) / (after.queries - before.queries);
+    if (!f.json) {
+      std::string statuses;
+      for (const auto& [st, n] : fig.by_status) statuses += fmt::format(" {}:{}", st == 0 ? "no-response" : std::to_string(st), n);
+      fmt::print(stderr, "  {} @ {}: {} requests in {:.1f} s, status{}\n", f.label, arr.describe(), fig.requests,
+                 result.wall_seconds, statuses);
+    }
+    std::string line = "{\"label\":" + json_string(f.label) + ",\"url\":" + json_string(f.url) +
+                       ",\"workload\":" + json_string(description) + ",\"arrivals\":" + json_string(arr.describe()) +
+                       fmt::format(",\"offered_rate\":{},\"seed\":{},\"time_scale\":{},\"wall_s\":{:.3f},", closed ? 0.0 : rate,
+                                   f.seed, f.time_scale, result.wall_seconds) +
+                       "\"figures\":" + workload::to_json(fig) + "}";
+    json_lines += line + "\n";
+    if (f.json) fmt::print("{}\n", line);
+    rows.push_back(std::move(fig));
+  }
+  if (!f.json) {
+    fmt::print("workload: {}\n{}", description, workload::to_table(rows));
+    if (f.tenants)
+      for (const auto& r : rows) fmt::print("\n{} @ {}\n{}", r.labels[0].second, r.labels[1].second, workload::tenant_table(r));
+  }
+  if (!f.json_out.empty()) {
+    std::ofstream out(f.json_out);
+    out << json_lines;
+    if (!out) {
+      fmt::print(stderr, "bench: cannot write {}\n", f.json_out);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("bench", "Open-loop HTTP load generator with the field's workloads");
+  cmd->add_option("--url", flags->url, "Base URL of the gateway or engine, e.g. http://127.0.0.1:8080")->required();
+  cmd->add_option("--label", flags->label, "Name of this target in the output")->capture_default_str();
+  cmd->add_option("--workload", flags->workload,
+                  "Workload spec name[:preset][,key=value...] (see sluice fleetsim --help)")
+      ->capture_default_str();
+  cmd->add_option("--arrival", flags->arrival, "poisson | gamma | concurrency")->capture_default_str();
+  cmd->add_option("--rate,--rates", flags->rates, "Offered request rate(s) per second, comma-separated sweep")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--burstiness", flags->burstiness, "Gamma shape (1 = Poisson, < 1 burstier)")->capture_default_str();
+  cmd->add_option("--concurrency", flags->concurrency, "Requests in flight (--arrival concurrency)")->capture_default_str();
+  cmd->add_option("--requests", flags->requests, "Requests per rate")->capture_default_str();
+  cmd->add_option("--duration", flags->duration_s, "Stop sending after this many seconds (engine time)");
+  cmd->add_option("--seed", flags->seed, "Workload seed")->capture_default_str();
+  cmd->add_option("--metrics-url", flags->metrics_urls,
+                  "Engine /metrics URLs (comma-separated) for the engine-reported prefix hit rate")
+      ->delimiter(',');
+  cmd->add_option("--timeout", flags->timeout_s, "Per-request timeout in seconds (real time)")->capture_default_str();
+  cmd->add_option("--time-scale", flags->time_scale,
+                  "The simulator's --time-scale: send this many times faster, report in engine time")
+      ->capture_default_str();
+  cmd->add_option("--slo-ttft-ms", flags->slo_ttft_ms, "Goodput SLO on TTFT")->capture_default_str();
+  cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
+  cmd->add_flag("--tenant-keys", flags->tenant_keys, "Send each request's tenant name as its Bearer API key");
+  cmd->add_option("--api-key", flags->api_key, "Bearer API key for every request");
+  cmd->add_option("--model", flags->model, "Model name to send instead of the workload's base model");
+  cmd->add_flag("--json", flags->json, "Print one JSON object per rate instead of the table");
+  cmd->add_option("--json-out", flags->json_out, "Also write the JSON lines to this file");
+  cmd->add_flag("--tenants", flags->tenants, "Print per-tenant figures");
+  cmd->callback([flags] {
+    if (int rc = run(*flags); rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace sluice

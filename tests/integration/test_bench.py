@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Quick mode of the benchmarks, as a smoke test: figures are produced and sane, never timings.
+
+  1. `sluice fleetsim` compares three policies on a small shared-prefix workload (virtual time).
+  2. `sluice sim` (2 replicas, time scale 10) + `sluice bench` straight at replica 0, with the
+     replicas' /metrics for the engine-reported prefix hit rate.
+  3. `sluice bench` at a closed port: every request is recorded as a failure, the run still reports.
+  4. Bad arguments are refused with a message.
+
+Run: python3 tests/integration/test_bench.py --sluice build/sluice
+"""
+import argparse
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def sane_figures(f, requests, what):
+    check(f["requests"] == requests, f"{what}: {f['requests']} requests, expected {requests}")
+    check(f["ok"] == requests, f"{what}: only {f['ok']} of {requests} ok: {f['by_status']}")
+    for key in ("ttft_s", "e2e_s", "itl_s"):
+        d = f[key]
+        check(d["n"] > 0, f"{what}: no {key} samples")
+        check(0 < d["p50"] <= d["p90"] <= d["p99"] <= d["max"] + 1e-9, f"{what}: {key} not ordered: {d}")
+    check(f["ttft_s"]["p50"] <= f["e2e_s"]["p50"], f"{what}: TTFT above E2E")
+    check(f["output_tokens_per_s"] > 0 and f["requests_per_s"] > 0, f"{what}: no throughput")
+    check(0 <= f["slo_attainment"] <= 1, f"{what}: SLO attainment out of range")
+
+
+def run_json(args, timeout=120):
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    check(p.returncode == 0, f"{' '.join(args)} failed ({p.returncode}): {p.stderr[-2000:]}")
+    return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+
+
+def test_fleetsim(sluice):
+    runs = run_json([sluice, "fleetsim", "--policy", "round_robin,sluice,oracle", "--replicas", "4",
+                     "--workload", "shared_prefix:small", "--rates", "20", "--requests", "200", "--json"])
+    check([r["policy"] for r in runs] == ["round_robin", "sluice", "oracle"], f"policies: {runs}")
+    for r in runs:
+        sane_figures(r["figures"], 200, "fleetsim " + r["policy"])
+        hit = r["fleet"]["prefix_hit_rate"]
+        check(0 < hit <= 1, f"fleetsim {r['policy']}: hit rate {hit}")
+        check(r["fleet"]["picks_min"] <= r["fleet"]["picks_max"], "picks")
+    again = run_json([sluice, "fleetsim", "--policy", "sluice", "--replicas", "4", "--workload",
+                      "shared_prefix:small", "--rates", "20", "--requests", "200", "--json"])
+    check(again[0]["figures"] == runs[1]["figures"], "fleetsim is not deterministic for a seed")
+    log("ok: fleetsim policies, figures sane and deterministic")
+
+
+class Sim:
+    def __init__(self, sluice, replicas):
+        self.proc = subprocess.Popen([sluice, "sim", "--replicas", str(replicas), "--base-port", "0",
+                                      "--time-scale", "10", "--seed", "3"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.ports = []
+        self.lines = []
+        found = threading.Event()
+
+        def read():
+            for line in self.proc.stdout:
+                self.lines.append(line)
+                if "listening on" in line:
+                    self.ports.append(int(line.rsplit(":", 1)[1]))
+                    if len(self.ports) == replicas:
+                        found.set()
+        threading.Thread(target=read, daemon=True).start()
+        if not found.wait(20):
+            self.stop()
+            raise AssertionError("sluice sim did not report its ports: " + "".join(self.lines[-10:]))
+
+    def model(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.ports[0], timeout=5)
+        c.request("GET", "/v1/models")
+        body = json.loads(c.getresponse().read())
+        c.close()
+        return body["data"][0]["id"]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def test_live(sluice):
+    sim = Sim(sluice, 2)
+    try:
+        model = sim.model()
+        metrics = ",".join(f"http://127.0.0.1:{p}/metrics" for p in sim.ports)
+        runs = run_json([sluice, "bench", "--url", f"http://127.0.0.1:{sim.ports[0]}", "--model", model,
+                         "--workload", "shared_prefix:small", "--rates", "10", "--requests", "40",
+                         "--time-scale", "10", "--metrics-url", metrics, "--timeout", "60", "--json"])
+        check(len(runs) == 1, f"one rate, one run: {runs}")
+        f = runs[0]["figures"]
+        sane_figures(f, 40, "bench")
+        hit = f["prefix_hit_rate"]
+        check(hit is not None and 0 < hit <= 1, f"bench: engine hit rate {hit}")
+        # 40 requests over 10 groups x 10 prompts: prompts repeat their group's 100-token system prompt.
+        closed = run_json([sluice, "bench", "--url", f"http://127.0.0.1:{sim.ports[1]}", "--model", model,
+                           "--workload", "multi_turn,users=4,rounds=3,system=50,question=20,answer=10",
+                           "--arrival", "concurrency", "--concurrency", "3", "--requests", "12",
+                           "--time-scale", "10", "--json"])
+        sane_figures(closed[0]["figures"], 12, "bench closed loop")
+        log(f"ok: bench against sluice sim: ttft p50 {f['ttft_s']['p50'] * 1000:.0f} ms, hit rate {hit:.2f}")
+    finally:
+        sim.stop()
+
+
+def test_failures(sluice):
+    port = free_port()
+    runs = run_json([sluice, "bench", "--url", f"http://127.0.0.1:{port}", "--rates", "50", "--requests", "5",
+                     "--timeout", "5", "--json"])
+    f = runs[0]["figures"]
+    check(f["requests"] == 5 and f["ok"] == 0 and f["by_status"].get("0") == 5, f"closed port: {f}")
+    check(f["reject_rate"] == 1, "closed port: reject rate")
+    for args, want in ((["bench", "--url", "ftp://x"], "http://"),
+                       (["bench", "--url", "http://127.0.0.1:1", "--workload", "nope"], "unknown name"),
+                       (["fleetsim", "--workload", "shared_prefix,groups=-1"], "outside"),
+                       (["fleetsim", "--policy", "nope", "--requests", "5"], "unknown policy")):
+        p = subprocess.run([sluice] + args, capture_output=True, text=True, timeout=30)
+        check(p.returncode != 0 and want in p.stderr, f"{args}: rc {p.returncode}, stderr {p.stderr!r}")
+    log("ok: failures recorded, bad arguments refused")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    a = ap.parse_args()
+    t0 = time.time()
+    test_fleetsim(a.sluice)
+    test_live(a.sluice)
+    test_failures(a.sluice)
+    log(f"PASSED in {time.time() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        sys.exit(1)
