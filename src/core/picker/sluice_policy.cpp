@@ -21,6 +21,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.kv_limit = p.get("kv_limit", s.kv_limit);
   s.queue_limit = p.get("queue_limit", s.queue_limit);
   s.burst_ms = p.get("burst_ms", s.burst_ms);
+  s.prefill_weight = std::max(0.0, p.get("prefill_weight", s.prefill_weight));
   s.adapter_load_ms = p.get("adapter_load_ms", s.adapter_load_ms);
   s.adapter_wait_ms = p.get("adapter_wait_ms", s.adapter_wait_ms);
   s.max_output_tokens = p.get("max_output_tokens", s.max_output_tokens);
@@ -73,6 +74,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     e.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
     e.burst_ms = est.fresh ? p.burst_ms * static_cast<double>(std::max<int64_t>(0, l.assigned_since_scrape)) : 0.0;
     e.ttft_ms = e.compute_ms + e.kv_ms + e.adapter_ms + e.burst_ms;
+    e.cost_ms = e.ttft_ms + p.prefill_weight * p.beta_ms * static_cast<double>(e.uncached);
   }
 }
 
@@ -81,7 +83,7 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
   evaluate(req, endpoints);
   out.clear();
   for (size_t i = 0; i < endpoints.size(); ++i)
-    out.push_back({endpoints[i].index, -evals_[i].ttft_ms, evals_[i].cached, evals_[i].saturated});
+    out.push_back({endpoints[i].index, -evals_[i].cost_ms, evals_[i].cached, evals_[i].saturated});
   sort_candidates(out, endpoints, cursor_, pool_size_of(endpoints));  // saturated last
 }
 
@@ -99,7 +101,8 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const Eval& e = evals_[i];
     out.push_back({endpoints[i].index,
-                   {{"ttft_ms", e.ttft_ms},
+                   {{"cost_ms", e.cost_ms},
+                    {"ttft_ms", e.ttft_ms},
                     {"compute_ms", e.compute_ms},
                     {"kv_risk_ms", e.kv_ms},
                     {"adapter_ms", e.adapter_ms},

@@ -18,14 +18,19 @@
 //   adapter_ms = 0 if the adapter is running, adapter_load_ms if it must load into a free slot or is
 //           waiting, adapter_wait_ms if every slot holds another adapter
 //   burst_ms = burst_ms x assignments since the last fresh scrape (a small spreading penalty)
-//   ttft_ms = compute_ms + kv_ms + adapter_ms + burst_ms;  score = -ttft_ms
+//   ttft_ms = compute_ms + kv_ms + adapter_ms + burst_ms
+//   cost_ms = ttft_ms + prefill_weight x beta x U;  score = -cost_ms
+//   The last term is the GPU time this request's uncached prefill takes from every request queued
+//   after it on that endpoint: without it the choice is greedy for this request alone and scatters a
+//   prefix group over idle replicas (each paying the cold prefill again and crowding the others'
+//   KV), which loses to plain cache affinity even at light load.
 // saturated: waiting (staleness rule) >= queue_limit or KV usage >= kv_limit; saturated endpoints
 // rank after all others. Ties: fewer assignments since scrape, fewer in flight, then rotation.
 // Embedding requests or pools: no prefix reuse, U = input: least load in time.
 //
 // Defaults (engine-cost-model.md, Llama-3-8B on H100): c0_ms 2, w_ms 5.5, beta_ms 0.022,
 // delta_ms 0.02, chunk_tokens 8192, kv_risk_start 0.8, kv_risk_ms 50, kv_limit 0.97,
-// queue_limit 64, burst_ms 0.5, adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048
+// queue_limit 64, burst_ms 0.5, prefill_weight 2 (best overall in the small fleet sweep of fleet_sanity_test.cpp; 1 favours spreading a hot prefix, 3 pure affinity), adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048
 // (output bound counted for KV when the request gives none), mean_prompt_tokens 512 (initial mean
 // prompt for external waiting), max_prefix_blocks 8192. All are policy_params of the same name.
 #pragma once
@@ -45,6 +50,7 @@ struct SluiceParams {
   double kv_risk_start = 0.8, kv_risk_ms = 50, kv_limit = 0.97;
   double queue_limit = 64;
   double burst_ms = 0.5;
+  double prefill_weight = 2.0;
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;
   double mean_prompt_tokens = 512;
@@ -77,7 +83,7 @@ class SluicePolicy : public Policy {
   struct Eval {
     int64_t cached = 0, uncached = 0;
     double queue_tokens = 0, external_waiting = 0, decoding = 0;
-    double compute_ms = 0, kv_ms = 0, adapter_ms = 0, burst_ms = 0, ttft_ms = 0;
+    double compute_ms = 0, kv_ms = 0, adapter_ms = 0, burst_ms = 0, ttft_ms = 0, cost_ms = 0;
     double kv_usage = 0;
     bool fresh = false, saturated = false;
   };
