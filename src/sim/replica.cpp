@@ -185,6 +185,8 @@ std::pair<int, std::string> Replica::handle_lora(bool load, const std::string& b
   const std::string n(name);
   auto it = std::find(adapters_.begin(), adapters_.end(), n);
   if (load) {
+    if (cfg_.engine.max_loras == 0)
+      return {400, error_body("LoRA is not enabled (start the simulator with --max-loras > 0).", "BadRequestError", 400)};
     if (n == cfg_.model_name || it != adapters_.end())
       return {400, error_body("The lora adapter '" + n + "' has already been loaded.", "BadRequestError", 400)};
     adapters_.push_back(n);

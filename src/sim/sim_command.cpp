@@ -82,6 +82,7 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
   if (!flavor) fail("--metrics-format must be vllm, sglang or trtllm");
   if (f.frontend_overhead_ms < 0) fail("--frontend-overhead-ms must be >= 0");
   if (f.model.empty()) fail("--model must not be empty");
+  if (!f.adapters.empty() && f.max_loras == 0) fail("--adapters needs --max-loras > 0");
 
   sim::FaultConfig faults;
   if (!f.fault_error_rate.empty())

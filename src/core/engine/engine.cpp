@@ -20,6 +20,7 @@ std::string_view to_string(SubmitError e) {
     case SubmitError::empty_prompt: return "empty prompt";
     case SubmitError::too_long: return "prompt plus output exceeds max_model_len";
     case SubmitError::exceeds_kv_capacity: return "request needs more KV blocks than the engine has";
+    case SubmitError::lora_disabled: return "LoRA is not enabled on this engine (max_loras = 0)";
   }
   return "error";
 }
@@ -87,6 +88,7 @@ Engine::~Engine() = default;
 SubmitError Engine::submit(EngineRequest req, Time now) {
   if (requests_.count(req.id)) return SubmitError::duplicate_id;
   if (req.prompt.empty()) return SubmitError::empty_prompt;
+  if (!req.adapter.empty() && cfg_.max_loras == 0) return SubmitError::lora_disabled;
   const bool embedding = req.embedding || cfg_.embedding;
   const int64_t max_out = embedding ? 0 : std::max<int64_t>(1, req.max_output_tokens);
   const int64_t total = static_cast<int64_t>(req.prompt.size()) + max_out;

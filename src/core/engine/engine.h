@@ -82,7 +82,7 @@ struct EngineRequest {
                                                  // Queue time is measured from submit().
 };
 
-enum class SubmitError { none, duplicate_id, empty_prompt, too_long, exceeds_kv_capacity };
+enum class SubmitError { none, duplicate_id, empty_prompt, too_long, exceeds_kv_capacity, lora_disabled };
 std::string_view to_string(SubmitError e);
 
 // What one step produced for one request.

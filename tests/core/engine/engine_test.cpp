@@ -287,6 +287,10 @@ TEST(EngineScheduler, SubmitErrors) {
   EXPECT_EQ(e.submit(req(1, 60, 10), Time{}), SubmitError::exceeds_kv_capacity);
   EXPECT_EQ(e.submit(req(1, 10, 10), Time{}), SubmitError::none);
   EXPECT_EQ(e.submit(req(1, 10, 10), Time{}), SubmitError::duplicate_id);
+  auto lora = req(2, 10, 1);
+  lora.adapter = "x";
+  c.max_loras = 0;
+  EXPECT_EQ(Engine(c).submit(lora, Time{}), SubmitError::lora_disabled);
   EngineConfig bad;
   bad.num_blocks = 0;
   EXPECT_FALSE(bad.validate().empty());
