@@ -20,6 +20,10 @@ run() {
   local name=$1 title=$2
   shift 2
   local cmd="sluice fleetsim --seed $SEED $*"
+  local rev
+  rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  if [ -n "$(git -C "$root" status --porcelain -- src 2>/dev/null)" ]; then rev="$rev + uncommitted changes under src/"; fi
+  cmd="$cmd   # source: $rev"
   echo "== $name: $cmd" >&2
   "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --json-out "$out/$name.json" > "$out/$name.txt"
   python3 "$root/scripts/bench-report.py" "$out/$name.json" --title "$title" --command "$cmd"
@@ -35,13 +39,13 @@ suite() {
         --workload shared_prefix:llmd --rates 2,4,6,8,10,12,14,16,20,25,30,40 --requests 3000 ;;
     llmd64)
       run llmd-64 "llm-d shared prefix (150x5, 6000/1200/1000), 64 replicas" --policy "$ALL" --replicas 64 \
-        --workload shared_prefix:llmd --rates 16,32,48,64,80,96,112,128,160,200,240,320 --requests 8000 ;;
+        --workload shared_prefix:llmd --rates 32,64,96,112,128,160,240 --requests 6000 ;;
     sglang8)
       run sglang-8 "SGLang generated shared prefix (64x16, 2048/128/256), 8 replicas" --policy "$ALL" --replicas 8 \
         --workload shared_prefix:sglang --rates 50,100,150,200,250,300,350,400,500 --requests 6000 ;;
     sglang64)
       run sglang-64 "SGLang generated shared prefix (64x16, 2048/128/256), 64 replicas" --policy "$ALL" --replicas 64 \
-        --workload shared_prefix:sglang --rates 400,800,1200,1600,2000,2400,2800,3200,4000 --requests 24000 ;;
+        --workload shared_prefix:sglang --rates 800,1600,2400,3200,4000 --requests 16000 ;;
     mixes)
       run cost-mix-8 "100x cost mix (short chats + 1% 50-100k-token documents), 8 replicas" --policy "$ALL" \
         --replicas 8 --workload cost_mix --rates 20,40,60,80,100 --requests 4000
