@@ -2,6 +2,7 @@
 // default), every value is range-checked, and every message names the field's path.
 #include "core/config.h"
 
+#include "core/admission/admission_config.h"
 #include "core/picker/policy_factory.h"
 
 #include <fmt/format.h>
@@ -190,7 +191,7 @@ std::shared_ptr<const Config> parse_config(const std::string& yaml_text) {
   }
   if (!root || root.IsNull()) throw ConfigError("config is empty");
   check_keys(root, "", {"listen", "admin", "workers", "limits", "timeouts", "drain_timeout_ms",
-                        "expose_routing_headers", "pools", "models"});
+                        "expose_routing_headers", "pools", "models", "tenants", "admission"});
   auto cfg = std::make_shared<Config>();
   if (root["listen"]) cfg->listen = parse_address(root["listen"], "listen");
   if (root["admin"]) cfg->admin = parse_address(root["admin"], "admin");
@@ -254,6 +255,13 @@ std::shared_ptr<const Config> parse_config(const std::string& yaml_text) {
     if (m.pool.empty()) fail(path + ".pool", "is required");
     if (!cfg->find_pool(m.pool)) fail(path + ".pool", "unknown pool '" + m.pool + "'");
   }
+  auto admission = parse_admission_yaml(root);
+  if (!admission.ok()) throw ConfigError(admission.error);
+  if (admission.spec.enabled) {
+    auto registry = TenantRegistry::build(admission.spec.tenants);
+    if (!registry.registry) throw ConfigError(registry.error);
+  }
+  cfg->admission = std::make_shared<const AdmissionSpec>(std::move(admission.spec));
   return cfg;
 }
 

@@ -14,6 +14,8 @@
 
 namespace sluice {
 
+struct AdmissionSpec;  // core/admission/admission_config.h
+
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -96,6 +98,9 @@ struct Config {
   bool expose_routing_headers = false;  // x-sluice-endpoint, x-sluice-predicted-cached-tokens
   std::vector<PoolConfig> pools;
   std::vector<ModelRoute> models;
+  // Tenants, token budgets, priorities and the gateway queue (`tenants:` and `admission:`).
+  // Never null; `admission->enabled` is false when no tenants are configured.
+  std::shared_ptr<const AdmissionSpec> admission;
 
   const PoolConfig* find_pool(std::string_view name) const;
   const ModelRoute* find_model(std::string_view name) const;

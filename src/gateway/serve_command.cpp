@@ -4,6 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include "gateway/server.h"
+#include "sim/embedded_fleet.h"
+
+#include <fmt/format.h>
 
 namespace sluice {
 
@@ -24,9 +27,36 @@ int run_gateway(std::shared_ptr<const Config> config, const ServeOptions& option
   return code;
 }
 
-int serve_embedded_default(const ServeOptions&) {
-  spdlog::error("no config given: the embedded simulated fleet is not wired yet; run `sluice serve -c FILE`");
-  return 2;
+int serve_embedded_default(const ServeOptions& options, const EmbeddedDefaults& defaults) {
+  sim::EmbeddedFleetOptions fo;
+  fo.chat_replicas = defaults.replicas;
+  fo.time_scale = defaults.time_scale;
+  std::unique_ptr<sim::EmbeddedFleet> fleet;
+  std::shared_ptr<const Config> cfg;
+  try {
+    fleet = std::make_unique<sim::EmbeddedFleet>(fo);
+    cfg = parse_config(default_config_yaml(fleet->chat_ports(), fleet->embedding_port(), defaults.port, defaults.admin_port));
+  } catch (const std::exception& e) {
+    spdlog::error("cannot start the embedded simulated fleet: {}", e.what());
+    return 1;
+  }
+  std::string ports;
+  for (auto p : fleet->chat_ports()) ports += fmt::format(" {}", p);
+  fmt::print(stderr,
+             "sluice: no config given, so the gateway runs in front of an embedded simulated fleet\n"
+             "  {} chat replicas (Llama-3-8B on H100 cost model) on 127.0.0.1 ports{}, one embedding replica on {}\n"
+             "  API        http://127.0.0.1:{}/v1   (models: meta-llama/Llama-3.1-8B-Instruct, alias llama-3-8b, adapter sql-lora, BAAI/bge-small-en-v1.5)\n"
+             "  metrics    http://127.0.0.1:{}/metrics\n"
+             "  dashboard  http://127.0.0.1:{}/dashboard\n"
+             "  try:\n"
+             "    curl -sN http://127.0.0.1:{}/v1/chat/completions -H 'content-type: application/json' \\\n"
+             "      -d '{{\"model\":\"llama-3-8b\",\"stream\":true,\"max_tokens\":32,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'\n"
+             "  Ctrl-C stops the gateway (draining streams) and the fleet.\n",
+             fleet->chat_ports().size(), ports, fleet->embedding_port(), defaults.port, defaults.admin_port,
+             defaults.admin_port, defaults.port);
+  const int code = run_gateway(cfg, options);
+  fleet->stop();
+  return code;
 }
 
 void add_serve_command(CLI::App& app) {
@@ -34,6 +64,11 @@ void add_serve_command(CLI::App& app) {
   static std::string config_path;
   static ServeOptions options;
   static std::string log_level = "info";
+  static EmbeddedDefaults defaults;
+  cmd->add_option("--sim-replicas", defaults.replicas, "with no config: simulated chat replicas")->capture_default_str();
+  cmd->add_option("--sim-time-scale", defaults.time_scale, "with no config: simulated clock speed-up")->capture_default_str();
+  cmd->add_option("--port", defaults.port, "with no config: the API port")->capture_default_str();
+  cmd->add_option("--admin-port", defaults.admin_port, "with no config: the admin (metrics, dashboard) port")->capture_default_str();
   cmd->add_option("-c,--config", config_path, "YAML config file");
   cmd->add_option("--access-log", options.access_log, "access log: a file path, - for stdout, off")->capture_default_str();
   cmd->add_option("--workers", options.workers, "worker threads (overrides the config)");
@@ -44,7 +79,7 @@ void add_serve_command(CLI::App& app) {
     spdlog::set_level(spdlog::level::from_str(log_level));
     int code;
     if (config_path.empty()) {
-      code = serve_embedded_default(options);
+      code = serve_embedded_default(options, defaults);
     } else {
       std::shared_ptr<const Config> cfg;
       try {

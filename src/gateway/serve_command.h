@@ -20,6 +20,12 @@ int run_gateway(std::shared_ptr<const Config> config, const ServeOptions& option
 
 // The hook for `sluice serve` with no config: start simulated replicas, build the embedded default
 // config for them (default_config_yaml), call run_gateway, stop the replicas, return the code.
-int serve_embedded_default(const ServeOptions& options);
+struct EmbeddedDefaults {
+  int replicas = 4;
+  double time_scale = 1.0;
+  uint16_t port = 8080;
+  uint16_t admin_port = 9090;
+};
+int serve_embedded_default(const ServeOptions& options, const EmbeddedDefaults& defaults);
 
 }  // namespace sluice
