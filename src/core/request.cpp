@@ -3,6 +3,8 @@
 // depth is checked up front by a byte scan so a hostile body cannot recurse deeply anywhere.
 #include "core/request.h"
 
+#include "core/json_escape.h"
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -329,24 +331,6 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
   return result;
 }
 
-namespace {
-void append_json_string(std::string& out, std::string_view s) {
-  out.push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out.push_back(static_cast<char>(c));
-    }
-  }
-  out.push_back('"');
-}
-}  // namespace
 
 std::string rewrite_body(std::string_view body, const RequestModel& req, const BodyRewrite& rw) {
   const bool inject_max = rw.inject_max_tokens && !req.max_output_tokens;
