@@ -92,6 +92,7 @@ void run_decisions(benchmark::State& state, P& policy, const PrefixIndex& idx, b
   for (int i = 0; i < 64; ++i) prompts.push_back(hit ? f.prompt(f.rng() % f.families.size()) : f.random_text(kPromptChars));
   std::vector<Candidate> out;
   std::vector<double> us;
+  us.reserve(static_cast<size_t>(state.max_iterations));
   size_t i = 0;
   for (auto _ : state) {
     auto r = f.req(prompts[i++ % prompts.size()]);

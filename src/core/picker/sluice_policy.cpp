@@ -70,8 +70,10 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     const double after = est.kv_usage + (static_cast<double>(e.uncached) + output) / est.capacity_tokens;
     const double risk = std::clamp((after - p.kv_risk_start) / (1.0 - p.kv_risk_start), 0.0, 1.0);
     e.kv_ms = risk * risk * (p.kv_risk_ms + p.beta_ms * (input + e.queue_tokens));
-    const double a = adapter_locality_score(v, req.adapter);
-    e.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
+    if (!req.adapter.empty()) {
+      const double a = adapter_locality_score(v, req.adapter);
+      e.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
+    }
     e.burst_ms = est.fresh ? p.burst_ms * static_cast<double>(std::max<int64_t>(0, l.assigned_since_scrape)) : 0.0;
     e.ttft_ms = e.compute_ms + e.kv_ms + e.adapter_ms + e.burst_ms;
     e.cost_ms = e.ttft_ms + p.prefill_weight * p.beta_ms * static_cast<double>(e.uncached);
