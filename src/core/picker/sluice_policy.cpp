@@ -59,7 +59,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
       if (oracle_) e.cached = std::clamp<int64_t>(oracle_(v.index, req), 0, req.input_tokens);
       else if (v.index < matched.size()) e.cached = prefix_.cached_tokens(matched[v.index], req.input_tokens);
     }
-    e.uncached = static_cast<int64_t>(input) - (e.saturated ? 0 : e.cached);
+    e.uncached = static_cast<int64_t>(input) - e.cached;
     const double own_decoding = static_cast<double>(std::max<int64_t>(0, l.in_flight - l.prefill_requests));
     e.external_waiting = est.fresh ? std::max(0.0, v.signals->waiting - static_cast<double>(std::max<int64_t>(0, l.prefill_requests))) : 0.0;
     e.queue_tokens = static_cast<double>(std::max<int64_t>(0, l.prefill_tokens)) + e.external_waiting * mean_prompt_;
@@ -76,7 +76,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     }
     e.burst_ms = est.fresh ? p.burst_ms * static_cast<double>(std::max<int64_t>(0, l.assigned_since_scrape)) : 0.0;
     e.ttft_ms = e.compute_ms + e.kv_ms + e.adapter_ms + e.burst_ms;
-    e.cost_ms = e.ttft_ms + p.prefill_weight * p.beta_ms * static_cast<double>(e.uncached);
+    e.cost_ms = e.ttft_ms + p.prefill_weight * p.beta_ms * static_cast<double>(e.uncached) * (1.0 + est.waiting);
   }
 }
 

@@ -5,8 +5,7 @@
 //        exact and never stale) + external waiting x mean prompt, where external waiting =
 //        scraped waiting - own requests not yet past first token (requests from other clients;
 //        0 when the scrape is stale)
-//   U  = uncached input tokens = input - predicted cached tokens (prefix index, or the oracle);
-//        an endpoint beyond its queue or KV limit gets no cache credit (never chosen for affinity alone)
+//   U  = uncached input tokens = input - predicted cached tokens (prefix index, or the oracle)
 //   D  = sequences decoding = max(scraped running, own decoding) (own decoding when stale)
 //   steps = max(1, ceil((Q + U) / chunk))      chunked prefill, chunk = max_num_batched_tokens
 //   compute_ms = max(steps x W, beta x (Q + U + steps x D)) + steps x (C0 + delta x D)
@@ -19,13 +18,16 @@
 //           waiting, adapter_wait_ms if every slot holds another adapter
 //   burst_ms = burst_ms x assignments since the last fresh scrape (a small spreading penalty)
 //   ttft_ms = compute_ms + kv_ms + adapter_ms + burst_ms
-//   cost_ms = ttft_ms + prefill_weight x beta x U;  score = -cost_ms
-//   The last term is the GPU time this request's uncached prefill takes from every request queued
-//   after it on that endpoint: without it the choice is greedy for this request alone and scatters a
-//   prefix group over idle replicas (each paying the cold prefill again and crowding the others'
-//   KV), which loses to plain cache affinity even at light load.
+//   cost_ms = ttft_ms + prefill_weight x beta x U x (1 + waiting);  score = -cost_ms
+//   The last term is the GPU time this request's uncached prefill takes from the requests that will
+//   queue behind it on that endpoint; by Little's law about as many as wait there now (`waiting`,
+//   staleness rule). Without it the choice is greedy for this request alone and scatters a prefix
+//   group over idle replicas (each paying the cold prefill again and crowding the others' KV),
+//   which loses to plain cache affinity at light load and collapses the hit rate under overload.
 // saturated: waiting (staleness rule) >= queue_limit or KV usage >= kv_limit; saturated endpoints
-// rank after all others. Ties: fewer assignments since scrape, fewer in flight, then rotation.
+// rank after all others, so one is never chosen for its cached prefix while an unsaturated endpoint
+// exists. Among saturated endpoints (all of them: the admission layer's case) the cost still counts
+// the cache: dropping affinity there scatters prefixes exactly when the pool can least afford it. Ties: fewer assignments since scrape, fewer in flight, then rotation.
 // Embedding requests or pools: no prefix reuse, U = input: least load in time.
 //
 // Defaults (engine-cost-model.md, Llama-3-8B on H100): c0_ms 2, w_ms 5.5, beta_ms 0.022,

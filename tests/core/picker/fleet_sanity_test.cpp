@@ -22,7 +22,7 @@ struct FleetResult {
 };
 
 FleetResult run_fleet(const std::string& policy, std::map<std::string, double> params = {}, double rate = 40.0,
-                      double hot_share = 0.0) {
+                      double hot_share = 0.0, double long_share = 0.0) {
   constexpr size_t kEngines = 4;
   PoolConfig pool;
   pool.name = "chat";
@@ -93,9 +93,10 @@ FleetResult run_fleet(const std::string& policy, std::map<std::string, double> p
     }
     if (t == next_arrival && t < end) {
       const auto& prefix = (rng() % 1000) < hot_share * 1000 ? prefixes[0] : prefixes[rng() % prefixes.size()];
-      std::string q(400, ' ');
+      const bool long_prompt = (rng() % 1000) < long_share * 1000;
+      std::string q(long_prompt ? 32000 : 400, ' ');
       for (auto& c : q) c = static_cast<char>('a' + rng() % 26);
-      Live l{{}, t, prefix + q};
+      Live l{{}, t, long_prompt ? q : prefix + q};
       PickRequest req;
       req.model = "m";
       req.text = l.text;
@@ -103,6 +104,10 @@ FleetResult run_fleet(const std::string& policy, std::map<std::string, double> p
       req.max_output_tokens = 32;
       auto ranked = router.rank(req, t);
       EXPECT_FALSE(ranked.empty());
+      if (getenv("FLEET_DEBUG") && next_id % 50 == 0) {
+        std::string j = router.explain_json(req, t);
+        std::printf("%s\n", j.substr(0, 1500).c_str());
+      }
       l.guard = router.dispatch(req, ranked[0], t);
       size_t e = l.guard.endpoint();
       engine::EngineRequest er;
@@ -173,12 +178,12 @@ namespace sluice {
 namespace {
 // A sweep for tuning (not run by default): --gtest_also_run_disabled_tests --gtest_filter=*Explore
 TEST(FleetSanity, DISABLED_Explore) {
-  for (double hot : {0.0, 0.6}) for (double rate : {80.0, 200.0}) {
+  for (double lng : {0.0, 0.1}) for (double hot : {0.0, 0.6}) for (double rate : {80.0, 160.0}) {  // long: share of 8k-token unshared prompts; hot: share of one prefix
     for (auto [name, params] : std::vector<std::pair<std::string, std::map<std::string, double>>>{
              {"sluice", {}}, {"sluice", {{"prefill_weight", 1}}}, {"sluice", {{"prefill_weight", 3}}},
              {"cache_aware", {}}, {"llmd_default", {}}, {"round_robin", {}}}) {
-      FleetResult r = run_fleet(name, params, rate, hot);
-      std::printf("hot %.1f rate %.0f %-13s %zu params: hit %.3f ttft %.1f ms (%d)\n", hot, rate, name.c_str(), params.size(), r.hit_rate, r.mean_ttft_ms, r.finished);
+      FleetResult r = run_fleet(name, params, rate, hot, lng);
+      std::printf("long %.1f hot %.1f rate %.0f %-13s %zu params: hit %.3f ttft %.1f ms (%d)\n", lng, hot, rate, name.c_str(), params.size(), r.hit_rate, r.mean_ttft_ms, r.finished);
     }
   }
 }

@@ -89,11 +89,14 @@ TEST(PoolRouterPicker, FrozenMetricsGetAFairShare) {
     auto cfg = pool_of(3, policy);
     cfg.scrape.stale_after = std::chrono::milliseconds(500);
     PoolRouter r(cfg, make_policy(cfg, 1));
-    auto signals = [&](size_t e, Time now, double waiting) {
+    // A live engine reports what it holds: our requests not yet past first token wait (plus any
+    // extra queue), the rest run.
+    auto signals = [&](size_t e, Time now, double extra_waiting) {
       EngineSignals s;
+      auto load = r.snapshot(now)[e].load;
       s.scraped_at = now;
-      s.waiting = waiting;
-      s.running = static_cast<double>(r.snapshot(now)[e].load.in_flight);
+      s.waiting = static_cast<double>(load.prefill_requests) + extra_waiting;
+      s.running = static_cast<double>(load.in_flight - load.prefill_requests);
       s.kv_usage = 0.2;
       r.update_signals(e, s);
     };
