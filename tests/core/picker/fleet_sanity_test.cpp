@@ -5,6 +5,7 @@
 // lives in the fleet simulator; this pins the picker's behaviour in the unit suite.)
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <random>
 
@@ -104,7 +105,7 @@ FleetResult run_fleet(const std::string& policy, std::map<std::string, double> p
       req.max_output_tokens = 32;
       auto ranked = router.rank(req, t);
       EXPECT_FALSE(ranked.empty());
-      if (getenv("FLEET_DEBUG") && next_id % 50 == 0) {
+      if (std::getenv("FLEET_DEBUG") && next_id % 50 == 0) {  // FLEET_DEBUG=1: sample explanations
         std::string j = router.explain_json(req, t);
         std::printf("%s\n", j.substr(0, 1500).c_str());
       }
@@ -150,6 +151,7 @@ FleetResult run_fleet(const std::string& policy, std::map<std::string, double> p
     EXPECT_EQ(s.load.in_flight, 0) << policy;
     EXPECT_EQ(s.load.prefill_tokens, 0) << policy;
     EXPECT_EQ(s.load.context_tokens, 0) << policy;
+    EXPECT_EQ(s.load.prefill_requests, 0) << policy;
   }
   return res;
 }
