@@ -1,5 +1,7 @@
 #include "sim/openai_format.h"
 
+#include "core/json_escape.h"
+
 #include <fmt/format.h>
 
 #include <array>
@@ -7,28 +9,7 @@
 
 namespace sluice::sim {
 
-void json_quote(std::string& out, std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out.push_back(hex[c >> 4]);
-          out.push_back(hex[c & 15]);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out.push_back('"');
-}
+void json_quote(std::string& out, std::string_view s) { append_json_string(out, s); }
 
 std::string_view token_text(engine::TokenId t) {
   static constexpr std::array<std::string_view, 32> words = {
