@@ -6,6 +6,7 @@
 
 #include "core/models_list.h"
 #include "core/picker/policy_factory.h"
+#include "gateway/endpoint_metrics.h"
 
 namespace sluice {
 
@@ -33,22 +34,7 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
 
   // Endpoint series whose values live in the routers.
   registry_.add_collector([this](std::string& out) {
-    const Time t = now();
-    std::string picks, inflight, healthy;
-    for (const auto& [name, router] : routers_) {
-      for (const auto& ep : router->snapshot(t)) {
-        std::string labels;
-        append_labels(labels, {"pool", "endpoint"}, {name, ep.name});
-        picks += fmt::format("sluice_picks_total{{{}}} {}\n", labels, ep.load.picks_total);
-        inflight += fmt::format("sluice_endpoint_inflight_requests{{{}}} {}\n", labels, ep.load.in_flight);
-        healthy += fmt::format("sluice_endpoint_healthy{{{}}} {}\n", labels, ep.healthy ? 1 : 0);
-      }
-    }
-    out += "# HELP sluice_picks_total Dispatches per endpoint.\n# TYPE sluice_picks_total counter\n" + picks;
-    out += "# HELP sluice_endpoint_inflight_requests The gateway's own in-flight count.\n"
-           "# TYPE sluice_endpoint_inflight_requests gauge\n" + inflight;
-    out += "# HELP sluice_endpoint_healthy 1 when the endpoint takes traffic.\n"
-           "# TYPE sluice_endpoint_healthy gauge\n" + healthy;
+    append_endpoint_metrics(out, routers_, now());
     out += fmt::format("# HELP sluice_active_requests Requests being served by the gateway.\n"
                        "# TYPE sluice_active_requests gauge\nsluice_active_requests {}\n"
                        "# HELP sluice_open_connections Open client connections.\n"
