@@ -32,6 +32,10 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
                            std::chrono::system_clock::now().time_since_epoch()).count();
   models_json_ = models_list_json(*config_, created);
 
+  for (const auto& pool : config_->pools)
+    pool_series_.emplace(pool.name, PoolSeries{&metrics_.duration.with({pool.name}), &metrics_.ttft.with({pool.name}),
+                                               &metrics_.itl.with({pool.name})});
+  for (const auto& m : config_->models) ok_requests_.emplace(m.name, &metrics_.requests.with({m.pool, m.name, "200", "ok"}));
   // Endpoint series whose values live in the routers.
   registry_.add_collector([this](std::string& out) {
     append_endpoint_metrics(out, routers_, now());
@@ -72,8 +76,24 @@ void Gateway::complete(const RequestRecord& r) {
   if (r.ttft) metrics_.ttft.with({pool}).observe(to_seconds(*r.ttft));
   if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, r.reason}).inc();
   if (r.outcome == Outcome::client_cancelled)
-    metrics_.cancellations.with({r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
+    metrics_.cancellations.with({r.reason == "cancelled_queued" ? "queued" : r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
   access_log_.write(r);
+const Gateway::PoolSeries* Gateway::pool_series(std::string_view pool) const {
+  auto it = pool_series_.find(pool);
+  return it == pool_series_.end() ? nullptr : &it->second;
 }
+
+}
+  if (r.outcome == Outcome::ok && r.status == 200) {
+    auto it = ok_requests_.find(r.model);
+    const PoolSeries* ps = pool_series(r.pool);
+    if (it != ok_requests_.end() && ps) {
+      it->second->inc();
+      ps->duration->observe(to_seconds(r.duration));
+      if (r.ttft) ps->ttft->observe(to_seconds(*r.ttft));
+      access_log_.write(r);
+      return;
+    }
+  }
 
 }  // namespace sluice

@@ -26,18 +26,32 @@ namespace sluice {
 // the request ends, whatever way it ends.
 struct AdmissionTicket {
   virtual ~AdmissionTicket() = default;
-  // Called once at the end with what the request really used (tokens -1 when unknown).
+  // The request was placed on an endpoint (its DispatchGuard is held); idempotent.
+  virtual void on_dispatched() {}
+  // n more output tokens were relayed to the client.
+  virtual void on_output(int64_t n) {}
+  // Called once at the end with what the request really used (tokens -1 when unknown: the
+  // ticket then charges what was delivered).
   virtual void settle(int64_t prompt_tokens, int64_t completion_tokens) {}
+  // The tenant's name for the access log ("" = keep the default).
+  virtual std::string_view tenant() const { return {}; }
+  // Extra headers for every response to this request (x-ratelimit-*).
+  virtual const HeaderList* response_headers() const { return nullptr; }
+  // max_tokens to inject upstream (the request set no bound and a default applies).
+  virtual std::optional<int64_t> inject_max_tokens() const { return std::nullopt; }
 };
 struct AdmitRequest {
   const RequestModel& request;
   const ModelRoute& route;
   std::string_view tenant;
   const boost::beast::http::fields& headers;
+  std::function<bool()> client_gone = {};  // polled while the request waits in a queue
 };
 struct AdmitResult {
   std::optional<Denial> denial;             // set: refuse with this answer
-  std::unique_ptr<AdmissionTicket> ticket;  // may be null
+  std::unique_ptr<AdmissionTicket> ticket;  // may be null (also when the client left while queued)
+  HeaderList headers;                       // extra headers for the refusal (x-ratelimit-*)
+  bool client_left = false;                 // the client disconnected while queued
 };
 // May suspend (a fair queue); runs on the request's worker thread.
 using AdmitHook = std::function<boost::asio::awaitable<AdmitResult>(const AdmitRequest&)>;
@@ -96,6 +110,18 @@ class Gateway {
 // RAII: counts one request in Gateway::active_requests (graceful drain waits for zero).
 class ActiveRequest {
  public:
+  // Series resolved once for the common case (no label-key building on the hot path).
+  struct PoolSeries {
+    Histogram* duration;
+    Histogram* ttft;
+    Histogram* itl;
+  };
+  std::map<std::string, PoolSeries, std::less<>> pool_series_;
+  std::map<std::string, Counter*, std::less<>> ok_requests_;  // model -> {status 200, outcome ok}
+
+ public:
+  // The pool's histograms (nullptr for an unknown pool).
+  const PoolSeries* pool_series(std::string_view pool) const;
   explicit ActiveRequest(Gateway& gw) : gw_(gw) { gw_.active_requests.fetch_add(1, std::memory_order_relaxed); }
   ~ActiveRequest() { gw_.active_requests.fetch_sub(1, std::memory_order_relaxed); }
   ActiveRequest(const ActiveRequest&) = delete;

@@ -34,6 +34,15 @@ std::string tenant_of(const DownstreamRequest& req, const RequestModel& m) {
   return "-";
 }
 
+asio::awaitable<void> admit_into(const AdmitHook& hook, AdmitRequest req, AdmitResult& out) {
+  out = co_await hook(req);
+}
+
+// The usage-only chunk a stream ends with when stream_options.include_usage is set.
+bool is_usage_only_chunk(const SseEvent& ev) {
+  return ev.has_data && ev.data.find("\"choices\":[]") != std::string_view::npos && find_usage(ev.data).has_value();
+}
+
 class RequestLife {
  public:
   RequestLife(Session& s, ApiKind kind, DownstreamRequest& req, bool keep_alive)
@@ -84,6 +93,7 @@ class RequestLife {
   PickRequest pick_;
   DispatchGuard guard_;
   std::unique_ptr<AdmissionTicket> ticket_;
+  bool strip_usage_ = false;  // include_usage was injected: drop the usage-only chunk
   std::string rewritten_body_;
   std::string_view body_;
   UpstreamLease lease_;
@@ -114,14 +124,22 @@ asio::awaitable<bool> RequestLife::run() {
 
   // ---- authenticate + admit: the admission layer's hook ----
   if (gw_.admit && route_) {
-    AdmitResult admitted = co_await gw_.admit(AdmitRequest{*model_, *route_, rec_.tenant, req_.base()});
+    AdmitResult admitted;  // the wait in the admission queue watches the client (a disconnect leaves it)
+    co_await s_.while_watching_client(admit_into(
+        gw_.admit, AdmitRequest{*model_, *route_, rec_.tenant, req_.base(), [this] { return s_.client_gone(); }}, admitted));
+    rec_.pool = route_->pool;
+    if (admitted.client_left) {
+      finish(Outcome::client_cancelled, kClientClosedStatus, "cancelled_queued");
+      co_return false;
+    }
     if (admitted.denial) {
-      rec_.pool = route_->pool;
       ResponseHeaders extra;
       for (auto& [k, v] : admitted.denial->headers()) extra.emplace_back(std::string(k), std::move(v));
+      for (auto& [k, v] : admitted.headers) extra.emplace_back(std::string(k), std::move(v));
       co_return co_await reject(admitted.denial->error, to_string(admitted.denial->reason), extra);
     }
     ticket_ = std::move(admitted.ticket);
+    if (ticket_ && !ticket_->tenant().empty()) rec_.tenant = std::string(ticket_->tenant());
   }
 
   // ---- resolve the model: alias, adapter, pool ----
@@ -137,7 +155,7 @@ asio::awaitable<bool> RequestLife::run() {
     co_return co_await reject(api_error(400, fmt::format("The model `{}` does not support {}.", model_->model,
                                                          kind_ == ApiKind::embedding ? "embeddings" : "completions"),
                                         "invalid_request_error", "model", "model_not_supported"), "wrong_api");
-  itl_ = &gw_.metrics().itl.with({route_->pool});
+  itl_ = gw_.pool_series(route_->pool)->itl;
 
   // ---- pick: every healthy endpoint, best first ----
   pick_.kind = kind_;
@@ -153,10 +171,17 @@ asio::awaitable<bool> RequestLife::run() {
                                         "server_error", {}, "no_endpoint"), "no_endpoint");
 
   // ---- forward + relay, watching the client for a disconnect ----
-  if (route_->is_alias()) {
-    rewritten_body_ = rewrite_body(req_.body(), *model_, BodyRewrite{.model = route_->target, .inject_max_tokens = std::nullopt, .inject_include_usage = false});
+  // Admission: enforce the reserved output bound upstream; ask a stream for its usage (to settle
+  // the reservation) and strip that chunk again when the client did not ask for it.
+  const bool generating = kind_ != ApiKind::embedding;
+  const std::optional<int64_t> inject_max = ticket_ && generating ? ticket_->inject_max_tokens() : std::nullopt;
+  strip_usage_ = ticket_ && generating && model_->stream && !model_->include_usage;
+  if (route_->is_alias() || inject_max || strip_usage_) {
+    BodyRewrite rw{.model = std::nullopt, .inject_max_tokens = inject_max, .inject_include_usage = strip_usage_};
+    if (route_->is_alias()) rw.model = route_->target;
+    rewritten_body_ = rewrite_body(req_.body(), *model_, rw);
     body_ = rewritten_body_;
-    response_rewriter_.emplace(route_->target, route_->name);
+    if (route_->is_alias()) response_rewriter_.emplace(route_->target, route_->name);
   } else {
     body_ = req_.body();
   }
@@ -184,6 +209,7 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
     rec_.attempts = ++attempts;
     rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
     guard_ = router_->dispatch(pick_, cand, gw_.now());
+    if (ticket_) ticket_->on_dispatched();
     for (bool fresh_retry = false;;) {
       auto acquired = co_await s_.upstream_pool().acquire(
           pool_index_, cand.endpoint, std::min(SteadyClock::now() + tmo_.connect, total_deadline_));
@@ -230,7 +256,8 @@ asio::awaitable<boost::system::error_code> RequestLife::send_and_read_head() {
   const auto& ep = router_->config().endpoints[guard_.endpoint()];
   std::string head;
   head.reserve(512);
-  head += fmt::format("POST {} HTTP/1.1\r\nHost: {}\r\n", std::string_view(req_.target()), ep.address.str());
+  fmt::format_to(std::back_inserter(head), "POST {} HTTP/1.1\r\nHost: {}:{}\r\n", std::string_view(req_.target()),
+                 ep.address.host, ep.address.port);
   bool has_content_type = false;
   for (const auto& f : req_.base()) {
     const std::string_view name = f.name_string();
@@ -239,7 +266,7 @@ asio::awaitable<boost::system::error_code> RequestLife::send_and_read_head() {
     head.append(name).append(": ").append(f.value()).append("\r\n");
   }
   if (!has_content_type) head += "Content-Type: application/json\r\n";
-  head += fmt::format("x-request-id: {}\r\nContent-Length: {}\r\n\r\n", rec_.id, body_.size());
+  fmt::format_to(std::back_inserter(head), "x-request-id: {}\r\nContent-Length: {}\r\n\r\n", rec_.id, body_.size());
 
   s_.watchdog().arm_capped(tmo_.first_byte, Phase::first_byte, total_deadline_, Phase::total);
   std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body_)};
@@ -283,16 +310,18 @@ std::string RequestLife::response_head_from_upstream(bool chunked, size_t conten
   std::string head;
   head.reserve(384);
   auto reason = res.reason();
-  head += fmt::format("HTTP/1.1 {} {}\r\n", res.result_int(), std::string_view(reason.data(), reason.size()));
+  fmt::format_to(std::back_inserter(head), "HTTP/1.1 {} {}\r\n", res.result_int(), std::string_view(reason.data(), reason.size()));
   for (const auto& f : res.base()) {
     const std::string_view name = f.name_string();
     if (is_hop_by_hop(name)) continue;
     head.append(name).append(": ").append(f.value()).append("\r\n");
   }
-  head += fmt::format("x-request-id: {}\r\n", rec_.id);
+  head.append("x-request-id: ").append(rec_.id).append("\r\n");
+  if (const HeaderList* extra = ticket_ ? ticket_->response_headers() : nullptr)
+    for (const auto& [k, v] : *extra) head.append(k).append(": ").append(v).append("\r\n");
   if (gw_.config().expose_routing_headers) head += fmt::format("x-sluice-endpoint: {}\r\n", rec_.endpoint);
   if (chunked) head += "Transfer-Encoding: chunked\r\n";
-  else head += fmt::format("Content-Length: {}\r\n", content_length);
+  else fmt::format_to(std::back_inserter(head), "Content-Length: {}\r\n", content_length);
   if (!keep_alive_) head += "Connection: close\r\n";
   head += "\r\n";
   return head;
@@ -301,8 +330,8 @@ std::string RequestLife::response_head_from_upstream(bool chunked, size_t conten
 // ---- relay a whole (non-streaming) body: read it, rewrite the model for an alias, send ----
 asio::awaitable<void> RequestLife::relay_buffered() {
   std::string body;
-  if (auto len = up_parser_->content_length()) body.reserve(std::min<uint64_t>(*len, kMaxBufferedBody));
-  std::string chunk(kRelayChunk, '\0');
+  size_t used = 0;
+  const size_t step = std::min<uint64_t>(up_parser_->content_length().value_or(kRelayChunk), kMaxBufferedBody) + 1;
   while (!up_parser_->is_done()) {
     size_t got = 0;
     boost::system::error_code ec;
@@ -310,8 +339,8 @@ asio::awaitable<void> RequestLife::relay_buffered() {
       fail_upstream(ec, false);
       co_return;
     }
-    body.append(chunk.data(), got);
-    if (body.size() > kMaxBufferedBody) {
+    used += got;
+    if (used > kMaxBufferedBody) {
       fail(Outcome::upstream_error, api_error(502, "The model server's response is too large.", "server_error"),
            "response_too_large");
       co_return;
@@ -327,6 +356,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   if (auto u = find_usage(body)) take_usage(*u);
   guard_.on_first_token();
   if (rec_.completion_tokens > 0) guard_.on_tokens(rec_.completion_tokens);
+  if (ticket_ && rec_.completion_tokens > 0) ticket_->on_output(rec_.completion_tokens);
   const int status = up_parser_->get().result_int();
   if (!co_await write_client(response_head_from_upstream(false, out.size()), out)) {
     finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
@@ -344,11 +374,11 @@ asio::awaitable<void> RequestLife::relay_stream() {
   SseParser sse;
   std::string chunk(kRelayChunk, '\0');
   std::string out;
-  bool rewriting = response_rewriter_.has_value();
+  bool rewriting = response_rewriter_.has_value() || strip_usage_;
   while (!up_parser_->is_done()) {
     size_t got = 0;
     boost::system::error_code ec;
-    if (!co_await read_upstream(chunk.data(), chunk.size(), got, ec)) {
+    if (!co_await read_upstream(body.data() + used, body.size() - used, got, ec)) {
       fail_upstream(ec, true);
       failure_->partial_pending = !sse.pending().empty();
       if (rewriting) failure_->partial_event = std::string(sse.pending());
@@ -361,13 +391,17 @@ asio::awaitable<void> RequestLife::relay_stream() {
     SseEvent ev;
     while (sse.next(ev)) {
       on_event(ev, now);
-      if (rewriting) response_rewriter_->append(ev.raw, out);
+      if (!rewriting || (strip_usage_ && is_usage_only_chunk(ev))) continue;
+      if (response_rewriter_) response_rewriter_->append(ev.raw, out);
+      else out.append(ev.raw);
     }
     if (rewriting && sse.failed()) {  // an event too large to hold: relay the rest untouched
+  // Read straight into the body: sized by Content-Length when known, else grown a chunk at a time.
       out.append(sse.pending());
       rewriting = false;
     }
     const std::string_view send = rewriting ? std::string_view(out) : bytes;
+    if (body.size() - used < 512) body.resize(used + std::max<size_t>(step, kRelayChunk / 4));
     if (send.empty()) continue;
     if (!co_await write_client(fmt::format("{:x}\r\n", send.size()), send, "\r\n")) {
       rec_.cancelled_while_streaming = true;
@@ -381,6 +415,7 @@ asio::awaitable<void> RequestLife::relay_stream() {
   std::string tail;
   if (rewriting && !sse.pending().empty()) tail = fmt::format("{:x}\r\n{}\r\n", sse.pending().size(), sse.pending());
   tail += "0\r\n\r\n";
+  body.resize(used);
   if (!co_await write_client(tail)) {
     rec_.cancelled_while_streaming = true;
     finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
@@ -404,6 +439,7 @@ void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
     }
     last_token_ = now;
     guard_.on_tokens(1);
+    if (ticket_) ticket_->on_output(1);
   }
   if (auto u = find_usage(ev.data)) take_usage(*u);
 }
@@ -472,6 +508,8 @@ asio::awaitable<void> RequestLife::respond_failure() {
 asio::awaitable<bool> RequestLife::reject(const ApiError& e, std::string_view reason, const ResponseHeaders& extra) {
   ResponseHeaders headers = extra;
   headers.emplace_back("x-request-id", rec_.id);
+  if (const HeaderList* more = ticket_ ? ticket_->response_headers() : nullptr)
+    for (const auto& [k, v] : *more) headers.emplace_back(std::string(k), v);
   const bool ok = co_await write_client(error_response(e, keep_alive_, headers));
   finish(Outcome::rejected, e.status, reason);
   co_return ok && keep_alive_;
@@ -485,9 +523,11 @@ void RequestLife::finish(Outcome o, int status, std::string_view reason) {
   rec_.status = status;
   rec_.reason = std::string(reason);
   rec_.duration = SteadyClock::now() - start_;
-  if (ticket_) ticket_->settle(rec_.prompt_tokens, rec_.completion_tokens);
+  guard_.release();  // before the ticket: its release lets the admission dispatcher fill the slot
+  // A cut or failed request is charged what was delivered (usage -1), not the engine's report.
+  const bool completed = o == Outcome::ok;
+  if (ticket_) ticket_->settle(completed ? rec_.prompt_tokens : -1, completed ? rec_.completion_tokens : -1);
   ticket_.reset();
-  guard_.release();
   s_.set_upstream(nullptr);
   s_.watchdog().disarm();
   gw_.complete(rec_);

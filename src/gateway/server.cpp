@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gateway/admin.h"
+#include "gateway/admission_driver.h"
 #include "gateway/http_util.h"
 #include "gateway/session.h"
 
@@ -101,6 +102,7 @@ Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options
   GatewayOptions gopts;
   gopts.access_log = options.access_log;
   gateway_ = std::make_unique<Gateway>(config, gopts);
+  if (std::string error; !install_admission(*gateway_, error)) throw std::runtime_error("admission: " + error);
   const int n = options.workers > 0 ? options.workers : config->workers;
   for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*gateway_, i, n));
 
