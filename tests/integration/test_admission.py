@@ -155,6 +155,11 @@ def stream_ttft(port, key, content, max_tokens):
         c.close()
 
 
+def p50(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")
+
+
 def p99(xs):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else float("nan")
@@ -164,7 +169,7 @@ class BudgetsAndAuth(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.sim, ports = start_sim(1, "--time-scale", "20")
+        cls.sim, ports = start_sim(1, "--time-scale", "20", "--output-len", "50")
         tenants = f"""  - name: tiny
     key_sha256: [{sha("key-tiny")}]
     limits: {{input_tokens_per_min: 400}}
@@ -172,7 +177,8 @@ class BudgetsAndAuth(unittest.TestCase):
     key_sha256: [{sha("key-roomy")}]
     limits: {{requests_per_min: 100000}}"""
         try:
-            cls.gw, cls.port, cls.admin = start_gateway(cls.tmp.name, ports, tenants)
+            cls.gw, cls.port, cls.admin = start_gateway(cls.tmp.name, ports, tenants,
+                                                        "admission: {default_max_output_tokens: 5}")
         except Exception:
             cls.sim.stop()
             raise
@@ -182,6 +188,34 @@ class BudgetsAndAuth(unittest.TestCase):
         cls.gw.stop()
         cls.sim.stop()
         cls.tmp.cleanup()
+
+    def test_default_output_bound_injected(self):
+        # The sim would write 50 tokens; the gateway reserves and injects max_tokens = 5.
+        s, h, b = post(self.port, body(max_tokens=None), key="key-roomy")
+        self.assertEqual(s, 200, b)
+        self.assertEqual(json.loads(b)["usage"]["completion_tokens"], 5)
+        s, h, b = post(self.port, body(max_tokens=9), key="key-roomy")
+        self.assertEqual(json.loads(b)["usage"]["completion_tokens"], 9)
+
+    def stream_lines(self, **extra):
+        s, h, b = post(self.port, body(max_tokens=6, stream=True, **extra), key="key-roomy")
+        self.assertEqual(s, 200, b)
+        self.assertIn("x-ratelimit-limit-requests", h)
+        return [l for l in b.decode().split("\n") if l.startswith("data: ")]
+
+    def test_stream_usage_requested_internally_and_stripped(self):
+        m0 = get(self.admin, "/metrics")[1]
+        lines = self.stream_lines()
+        self.assertEqual(lines[-1], "data: [DONE]")
+        self.assertFalse([l for l in lines if '"usage":{' in l], lines)  # the client did not ask for usage
+        m1 = get(self.admin, "/metrics")[1]
+        charged = (metric(m1, "sluice_tenant_tokens_total", tenant="roomy", direction="output") or 0) - \
+                  (metric(m0, "sluice_tenant_tokens_total", tenant="roomy", direction="output") or 0)
+        self.assertEqual(charged, 6)  # settled with the engine's usage, not the reserved bound
+        lines = self.stream_lines(stream_options={"include_usage": True})
+        usage = [json.loads(l[6:]) for l in lines if '"choices":[]' in l]
+        self.assertEqual(len(usage), 1)
+        self.assertEqual(usage[0]["usage"]["completion_tokens"], 6)
 
     def assert_openai_error(self, raw, code=None):
         err = json.loads(raw)["error"]
@@ -245,9 +279,13 @@ class Saturation(unittest.TestCase):
     priority: 1
   - name: batch
     key_sha256: [{sha("key-batch")}]
-    priority: -1"""
+    priority: -1
+  - name: slow
+    key_sha256: [{sha("key-slow")}]
+    priority: 0"""
+        admission = 'admission: {queue: {ttl_ms_by_priority: {"0": 300}}}'
         try:
-            cls.gw, cls.port, cls.admin = start_gateway(cls.tmp.name, ports, tenants, max_in_flight=1)
+            cls.gw, cls.port, cls.admin = start_gateway(cls.tmp.name, ports, tenants, admission, max_in_flight=1)
         except Exception:
             cls.sim.stop()
             raise
@@ -291,6 +329,22 @@ class Saturation(unittest.TestCase):
             holder.close()
         th.join(20)
         self.assertEqual(result["r"][0], 200)
+        self.assertEqual(self.wait_metric("sluice_queue_depth", 0, pool="chat"), 0)
+
+    def test_queue_timeout_503(self):
+        holder = self.occupy()
+        try:
+            t0 = time.time()
+            s, h, b = post(self.port, body("patient", 4), key="key-slow")
+            waited = time.time() - t0
+        finally:
+            holder.close()
+        self.assertEqual(s, 503, b)
+        self.assertEqual(json.loads(b)["error"]["code"], "queue_timeout")
+        self.assertGreaterEqual(waited, 0.25)
+        self.assertLess(waited, 3.0)
+        self.assertIn("retry-after", h)
+        self.assertGreaterEqual(int(h["retry-after-ms"]), 1000)
         self.assertEqual(self.wait_metric("sluice_queue_depth", 0, pool="chat"), 0)
 
     def test_client_leaving_the_queue(self):
@@ -364,6 +418,7 @@ class NoisyNeighbour(unittest.TestCase):
                     time.sleep(0.05)
                 return ttfts, tokens
 
+            light_run(0.5)  # warm-up (connections, first scrape)
             solo, solo_tokens = light_run(4)
             stop = threading.Event()
             noisy_tokens = [0]
@@ -396,14 +451,18 @@ class NoisyNeighbour(unittest.TestCase):
             solo_rate, loaded_rate = solo_tokens / 4, loaded_tokens / 6
             print(f"\n  noisy neighbour (2 sim replicas, time scale 4, max_in_flight 4/endpoint, 24 noisy streams):"
                   f"\n    light TTFT p99 solo {p99(solo) * 1000:.1f} ms ({len(solo)} req), with noisy "
-                  f"{p99(loaded) * 1000:.1f} ms ({len(loaded)} req): ratio {ratio:.2f} (goal <= 1.5)"
+                  f"{p99(loaded) * 1000:.1f} ms ({len(loaded)} req): ratio {ratio:.2f} (goal <= 1.5); "
+                  f"p50 solo {p50(solo) * 1000:.1f} ms, with noisy {p50(loaded) * 1000:.1f} ms"
                   f"\n    tokens charged in the window: light {tok['light']:.0f}, noisy {tok['noisy']:.0f} "
                   f"(noisy/light {tok['noisy'] / max(tok['light'], 1):.1f}x); light share {share:.3f}"
                   f"\n    light output rate solo {solo_rate:.0f} tok/s, with noisy {loaded_rate:.0f} tok/s; "
                   f"noisy statuses {noisy_status}")
             self.assertGreater(len(loaded), 3)
-            # Loose sanity bounds (the 1.5x goal is printed above, not asserted on a loaded 2-core box):
-            self.assertLess(ratio, 6.0)
+            # Loose sanity bounds (the 1.5x goal is printed above, not asserted: on a loaded 2-core box the
+            # solo p99 is itself noisy, and with a hard in-flight cap the light request waits for a slot,
+            # which lockstep-finishing noisy batches free in bursts). FIFO would put the light request
+            # behind ~16 queued noisy ones (~0.7 s); fair queuing lets it take the next free slot.
+            self.assertLess(p50(loaded), 0.4)
             self.assertGreater(loaded_rate, 0.3 * solo_rate)
             self.assertGreater(tok["noisy"], 3 * tok["light"])
         finally:
