@@ -154,13 +154,14 @@ class Driver : public std::enable_shared_from_this<Driver> {
 void AdmitTicket::on_dispatched() {
   if (started_) return;
   started_ = true;
+  req_.on_dispatched();  // from here a cut request is charged its input + delivered output
   d_.placed(*w_);
 }
 
 void AdmitTicket::settle(int64_t prompt_tokens, int64_t completion_tokens) {
   if (settled_) return;
   settled_ = true;
-  if (!started_ || !req_.reservation().dispatched()) {  // never reached an engine: full refund
+  if (!started_) {  // never placed on an endpoint (expired, client left, no endpoint): full refund
     req_.release();
   } else if (prompt_tokens >= 0 && completion_tokens >= 0) {
     req_.settle(Usage{prompt_tokens, 0, completion_tokens}, d_.now());
@@ -336,7 +337,6 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
     co_return result;  // the ticket refunds in full
   }
   queue_time_.with({w->pool, std::to_string(w->priority)}).observe(to_seconds(w->waited));
-  ticket->request().on_dispatched();
   result.ticket = std::move(ticket);
   co_return result;
 }
