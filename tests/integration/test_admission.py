@@ -267,6 +267,36 @@ class BudgetsAndAuth(unittest.TestCase):
         self.assertGreaterEqual(metric(m, "sluice_rejects_total", reason="unauthorized") or 0, 0)
 
 
+class KeyNotForwarded(unittest.TestCase):
+    """The bearer key authenticates at the gateway and never reaches the model server."""
+
+    def test_authorization_stripped_upstream(self):
+        tmp = tempfile.TemporaryDirectory()
+        here = os.path.dirname(os.path.abspath(__file__))
+        up = Proc([sys.executable, os.path.join(here, "fake_upstream.py")], "fake")
+        gw = None
+        try:
+            line = up.p.stdout.readline()
+            self.assertTrue(line.startswith("PORT "), line)
+            up_port = int(line.split()[1])
+            gw, port, admin = start_gateway(tmp.name, [up_port], f"""  - name: acme
+    key_sha256: [{sha("secret-key-123")}]""")
+            s, h, b = post(port, body(), key="secret-key-123", headers={"x-sluice-priority": "-1"})
+            self.assertEqual(s, 200, b)
+            s, log = get(up_port, "/_log")
+            recs = json.loads(log)
+            self.assertTrue(recs)
+            headers = {k.lower(): v for k, v in recs[-1]["headers"].items()}
+            self.assertNotIn("authorization", headers)
+            self.assertNotIn("x-sluice-priority", headers)
+            self.assertNotIn("secret-key-123", log)
+        finally:
+            if gw:
+                gw.stop()
+            up.stop()
+            tmp.cleanup()
+
+
 class Saturation(unittest.TestCase):
     """One replica, one request in flight at a time: everything else waits in the gateway's queue."""
 
