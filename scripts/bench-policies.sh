@@ -51,6 +51,14 @@ suite() {
         --replicas 8 --workload cost_mix --rates 20,40,60,80,100 --requests 4000
       run tenants-8 "Noisy neighbour (one tenant sends 10x the tokens), 8 replicas" --policy "$ALL" \
         --replicas 8 --workload tenants --rates 40,80,120,160 --requests 4000 --tenants
+      # The same at saturation behind a gateway queue (8 in flight per replica): FIFO vs the admission
+      # layer's VTC queue. Per-tenant figures are in the .txt.
+      run tenants-fifo-4 "Noisy neighbour at saturation, gateway FIFO queue, 4 replicas" \
+        --policy round_robin,least_request,sluice --replicas 4 --workload tenants,input=300,output=50 \
+        --rates 60,120 --requests 3000 --max-in-flight 4 --tenants
+      run tenants-vtc-4 "Noisy neighbour at saturation, gateway VTC queue (core/admission), 4 replicas" \
+        --policy round_robin,least_request,sluice --replicas 4 --workload tenants,input=300,output=50 \
+        --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --tenants
       run lora-8 "LoRA mix (8 adapters, Zipf 1.0, max 4 resident), 8 replicas" --policy "$ALL" \
         --replicas 8 --workload lora_mix --rates 20,40,80,120,160 --requests 4000 ;;
     *) echo "unknown suite $1" >&2; exit 2 ;;

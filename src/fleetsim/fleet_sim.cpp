@@ -6,6 +6,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "core/admission/admission_queue.h"
 #include "core/config.h"
 #include "core/json_escape.h"
 #include "core/picker/oracle_policy.h"
@@ -32,6 +33,7 @@ struct Event {
 // One request between its arrival and its last token.
 struct Flight {
   std::string tenant;
+  TenantId tenant_id = 0;
   Time sent{};
   Time dispatched{};
   std::optional<Time> first_token;
@@ -77,6 +79,7 @@ class Simulation {
       policy = make_policy(pool, cfg.seed);
     }
     router_ = std::make_unique<PoolRouter>(pool, std::move(policy));
+    if (cfg.fair_queue) fair_.emplace();
     for (size_t i = 0; i < cfg.replicas; ++i) {
       auto ec = cfg.engine;
       ec.seed = cfg.engine.seed + i * 7919;
@@ -141,7 +144,14 @@ class Simulation {
   }
 
   bool closed_loop() const { return wl_->arrivals().kind == workload::ArrivalKind::concurrency; }
-  bool done() const { return exhausted_ && flights_.empty() && gateway_queue_.empty() && pending_.empty(); }
+  bool done() const {
+    return exhausted_ && flights_.empty() && gateway_queue_.empty() && parked_.empty() && pending_.empty();
+  }
+
+  TenantId tenant_id(const std::string& name) {
+    auto [it, fresh] = tenant_ids_.emplace(name, TenantId(tenant_ids_.size()));
+    return it->second;
+  }
 
   void on_arrival() {
     WorkloadRequest req = std::move(pending_.front());
@@ -149,7 +159,25 @@ class Simulation {
     if (!closed_loop()) pull_next(now_);
     const uint64_t id = next_id_++;
     if (router_->at_capacity()) {
-      gateway_queue_.push_back(Queued{std::move(req), id, now_});
+      if (!fair_) {
+        gateway_queue_.push_back(Queued{std::move(req), id, now_});
+        return;
+      }
+      const auto text = req.rendered();
+      QueueRequest q;
+      q.tenant = tenant_id(req.tenant);
+      q.input_tokens = estimate_tokens(text);
+      q.bytes = text.size();
+      q.cookie = id;
+      auto placed = fair_->enqueue(q, false, now_, admission_rng_);
+      if (!placed.ok()) {
+        Flight f;
+        f.tenant = req.tenant;
+        f.sent = f.dispatched = now_;
+        record(f, placed.denial->error.status);
+        return;
+      }
+      parked_.emplace(id, Queued{std::move(req), id, now_});
       return;
     }
     dispatch(std::move(req), id, now_);
@@ -187,6 +215,7 @@ class Simulation {
     auto ranked = router_->rank(pick, now_);
     Flight f;
     f.tenant = req.tenant;
+    f.tenant_id = tenant_id(req.tenant);
     f.sent = sent;
     f.dispatched = now_;
     f.input_tokens = int64_t(er.prompt.size());
@@ -232,7 +261,10 @@ class Simulation {
         f.first_token = now_;
         f.guard.on_first_token();
       }
-      if (out.new_tokens > 0) f.guard.on_tokens(out.new_tokens);
+      if (out.new_tokens > 0) {
+        f.guard.on_tokens(out.new_tokens);
+        if (fair_) fair_->charge_output(f.tenant_id, 0, out.new_tokens);
+      }
       f.output_tokens = out.output_tokens;
       if (out.finished) {
         const int status = *out.finished == engine::FinishReason::abort ? 500 : 200;
@@ -249,6 +281,15 @@ class Simulation {
     while (!gateway_queue_.empty() && !router_->at_capacity()) {
       auto q = std::move(gateway_queue_.front());
       gateway_queue_.pop_front();
+      dispatch(std::move(q.req), q.id, q.sent);
+    }
+    while (fair_ && !parked_.empty() && !router_->at_capacity()) {
+      auto d = fair_->pop_next(now_);
+      if (!d) break;
+      auto it = parked_.find(d->cookie);
+      if (it == parked_.end()) continue;
+      auto q = std::move(it->second);
+      parked_.erase(it);
       dispatch(std::move(q.req), q.id, q.sent);
     }
     if (closed_loop()) pull_next(now_);
@@ -268,7 +309,22 @@ class Simulation {
     if (status != 200 && closed_loop()) pull_next(now_);
   }
 
+  void expire_queued() {
+    if (!fair_) return;
+    for (const auto& x : fair_->expire(now_, admission_rng_)) {
+      auto it = parked_.find(x.cookie);
+      if (it == parked_.end()) continue;
+      Flight f;
+      f.tenant = it->second.req.tenant;
+      f.sent = it->second.sent;
+      f.dispatched = now_;
+      parked_.erase(it);
+      record(f, x.denial.error.status);
+    }
+  }
+
   void on_scrape() {
+    expire_queued();
     for (size_t i = 0; i < replicas_.size(); ++i) {
       auto& rep = replicas_[i];
       const auto& eng = *rep.engine;
@@ -303,6 +359,10 @@ class Simulation {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::deque<WorkloadRequest> pending_;
   std::deque<Queued> gateway_queue_;
+  std::optional<AdmissionQueue> fair_;
+  std::unordered_map<uint64_t, Queued> parked_;  // in `fair_`, by id (the queue's cookie)
+  std::unordered_map<std::string, TenantId> tenant_ids_;
+  AdmissionRng admission_rng_{7};
   std::unordered_map<uint64_t, Flight> flights_;
   std::vector<RequestRecord> records_;
   std::vector<engine::BlockHash> current_hashes_;

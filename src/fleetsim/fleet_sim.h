@@ -12,7 +12,9 @@
 //               (waiting, running, KV usage, block size, capacity, prefix counters, LoRA, duty
 //               cycle) through PoolRouter::update_signals, as the live scraper does.
 // Gateway queue (optional, --max-in-flight): when every replica is at the pool's in-flight cap, a
-// request waits in a FIFO at the gateway and is dispatched when a request finishes (late binding).
+// request waits at the gateway and is dispatched when a request finishes (late binding). The queue
+// is a FIFO, or with `fair_queue` the admission layer's AdmissionQueue (core/admission: VTC
+// fairness between tenants, 30 s queue TTL -> 503, output charged as it streams).
 // The `oracle` policy is OraclePolicy with its callback wired to the replicas' true KV caches.
 #pragma once
 #include <cstdint>
@@ -36,6 +38,7 @@ struct FleetConfig {
   Duration scrape_interval = std::chrono::milliseconds(50);
   Duration stale_after = std::chrono::milliseconds(500);
   int max_in_flight_per_endpoint = 0;    // 0 = no gateway queue (dispatch at once)
+  bool fair_queue = false;               // VTC AdmissionQueue instead of a FIFO
   std::string workload;                  // spec, see core/workload/workload.h
   workload::ArrivalSpec arrivals;
   workload::WorkloadLimits limits;

@@ -116,3 +116,25 @@ TEST(FleetSim, BadConfigIsAnError) {
 
 }  // namespace
 }  // namespace sluice::fleetsim
+
+namespace sluice::fleetsim {
+namespace {
+
+TEST(FleetSim, FairQueueProtectsQuietTenants) {
+  auto c = small_fleet("least_request", 120);
+  c.workload = "tenants,tenants=4,factor=10,input=300,output=50";
+  c.max_in_flight_per_endpoint = 4;  // a gateway queue forms: 120 req/s beyond 16 in flight
+  c.limits.max_requests = 1500;
+  auto fifo = run_ok(c);
+  c.fair_queue = true;
+  auto fair = run_ok(c);
+  const auto quiet_fifo = fifo.figures.tenants["tenant-1"].ttft.p90;
+  const auto quiet_fair = fair.figures.tenants["tenant-1"].ttft.p90;
+  EXPECT_GT(fifo.figures.queue.max, 0.5);
+  EXPECT_LT(quiet_fair, quiet_fifo / 2) << "fifo " << quiet_fifo << " fair " << quiet_fair;
+  // The noisy tenant pays for its excess.
+  EXPECT_GT(fair.figures.tenants["noisy"].ttft.p90, quiet_fair);
+}
+
+}  // namespace
+}  // namespace sluice::fleetsim
