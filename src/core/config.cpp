@@ -122,7 +122,7 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
 
 PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
   check_keys(n, path, {"name", "kind", "policy", "policy_params", "engine", "endpoints", "upstream", "scrape",
-                       "max_in_flight_per_endpoint"});
+                       "max_in_flight_per_endpoint", "health", "outlier", "retry"});
   PoolConfig p;
   if (!n["name"]) fail(path + ".name", "is required");
   p.name = get<std::string>(n["name"], path + ".name", "a string");
@@ -174,6 +174,49 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
     if (s["interval_ms"]) p.scrape.interval = get_ms(s["interval_ms"], sp + ".interval_ms", 5, 600000);
     if (s["timeout_ms"]) p.scrape.timeout = get_ms(s["timeout_ms"], sp + ".timeout_ms");
     if (s["stale_after_ms"]) p.scrape.stale_after = get_ms(s["stale_after_ms"], sp + ".stale_after_ms");
+  }
+  if (const auto& h = n["health"]) {
+    const auto hp = path + ".health";
+    check_keys(h, hp, {"enabled", "path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold"});
+    if (h["enabled"]) p.health.enabled = get<bool>(h["enabled"], hp + ".enabled", "true or false");
+    if (h["path"]) p.health.path = get<std::string>(h["path"], hp + ".path", "a path");
+    if (p.health.path.empty() || p.health.path[0] != '/') fail(hp + ".path", "must start with '/'");
+    if (h["interval_ms"]) p.health.interval = get_ms(h["interval_ms"], hp + ".interval_ms", 10, 600000);
+    if (h["timeout_ms"]) p.health.timeout = get_ms(h["timeout_ms"], hp + ".timeout_ms", 1, 600000);
+    if (h["unhealthy_threshold"])
+      p.health.unhealthy_threshold = static_cast<int>(get_int(h["unhealthy_threshold"], hp + ".unhealthy_threshold", 1, 1000));
+    if (h["healthy_threshold"])
+      p.health.healthy_threshold = static_cast<int>(get_int(h["healthy_threshold"], hp + ".healthy_threshold", 1, 1000));
+  }
+  if (const auto& o = n["outlier"]) {
+    const auto op = path + ".outlier";
+    check_keys(o, op, {"consecutive_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_fraction"});
+    if (o["consecutive_failures"])
+      p.outlier.consecutive_failures = static_cast<int>(get_int(o["consecutive_failures"], op + ".consecutive_failures", 1, 100000));
+    if (o["base_ejection_ms"]) p.outlier.base_ejection = get_ms(o["base_ejection_ms"], op + ".base_ejection_ms");
+    if (o["max_ejection_ms"]) p.outlier.max_ejection = get_ms(o["max_ejection_ms"], op + ".max_ejection_ms");
+    if (p.outlier.max_ejection < p.outlier.base_ejection)
+      fail(op + ".max_ejection_ms", "must be at least base_ejection_ms");
+    if (o["max_ejected_fraction"]) {
+      p.outlier.max_ejected_fraction = get<double>(o["max_ejected_fraction"], op + ".max_ejected_fraction", "a number");
+      if (!(p.outlier.max_ejected_fraction >= 0 && p.outlier.max_ejected_fraction <= 1))
+        fail(op + ".max_ejected_fraction", "must be between 0 and 1");
+    }
+  }
+  if (const auto& r = n["retry"]) {
+    const auto rp = path + ".retry";
+    check_keys(r, rp, {"max_retries", "budget_ratio", "budget_min_per_second", "max_retry_after_ms"});
+    if (r["max_retries"]) p.retry.max_retries = static_cast<int>(get_int(r["max_retries"], rp + ".max_retries", 0, 10));
+    if (r["budget_ratio"]) {
+      p.retry.budget_ratio = get<double>(r["budget_ratio"], rp + ".budget_ratio", "a number");
+      if (!(p.retry.budget_ratio >= 0 && p.retry.budget_ratio <= 1)) fail(rp + ".budget_ratio", "must be between 0 and 1");
+    }
+    if (r["budget_min_per_second"]) {
+      p.retry.budget_min_per_second = get<double>(r["budget_min_per_second"], rp + ".budget_min_per_second", "a number");
+      if (!(p.retry.budget_min_per_second >= 0 && p.retry.budget_min_per_second <= 1e6))
+        fail(rp + ".budget_min_per_second", "must be between 0 and 1000000");
+    }
+    if (r["max_retry_after_ms"]) p.retry.max_retry_after = get_ms(r["max_retry_after_ms"], rp + ".max_retry_after_ms", 0, 60000);
   }
   if (n["max_in_flight_per_endpoint"])
     p.max_in_flight_per_endpoint = get_int(n["max_in_flight_per_endpoint"], path + ".max_in_flight_per_endpoint", 1, 1000000);

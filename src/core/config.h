@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/health/outlier_detector.h"
 #include "core/time.h"
 
 namespace sluice {
@@ -51,6 +52,28 @@ struct ScrapeConfig {
   Duration stale_after = std::chrono::milliseconds(500);  // older metrics are not trusted
 };
 
+// Active health checking (`health:` per pool): GET `path` on every endpoint each interval; a probe
+// fails on a connect error, a timeout or a non-2xx status (core/health/active_health.h).
+struct HealthCheckConfig {
+  bool enabled = true;
+  std::string path = "/health";
+  Duration interval = std::chrono::milliseconds(1000);
+  Duration timeout = std::chrono::milliseconds(500);
+  int unhealthy_threshold = 3;
+  int healthy_threshold = 2;
+};
+
+// Retries (`retry:` per pool): a connect failure, a reset or a 502/503 before any byte reached the
+// client is retried on the next-ranked endpoint, at most `max_retries` times, within a pool-wide
+// budget (core/health/retry_budget.h). An upstream Retry-After up to `max_retry_after` is waited
+// out before the retry; a longer one passes the response on.
+struct RetryConfig {
+  int max_retries = 2;
+  double budget_ratio = 0.2;
+  double budget_min_per_second = 3;
+  Duration max_retry_after = std::chrono::milliseconds(1000);
+};
+
 struct PoolConfig {
   std::string name;
   PoolKind kind = PoolKind::chat;
@@ -61,6 +84,9 @@ struct PoolConfig {
   UpstreamLimits upstream;
   ScrapeConfig scrape;
   int max_in_flight_per_endpoint = 256;    // hard cap: beyond it requests wait in the gateway
+  HealthCheckConfig health;
+  OutlierConfig outlier;                   // passive ejection (`outlier:`)
+  RetryConfig retry;
 };
 
 // A client-facing model name. `target` is what is forwarded upstream (an alias pins a version by

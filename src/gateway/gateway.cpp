@@ -28,6 +28,7 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
   uint64_t seed = options.seed;
   for (const auto& pool : config_->pools)
     routers_.emplace(pool.name, std::make_unique<PoolRouter>(pool, make_policy(pool, seed++)));
+  for (auto& [name, router] : routers_) health_.emplace(name, std::make_unique<PoolHealth>(*router));
   const auto created = std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count();
   models_json_ = models_list_json(*config_, created);
@@ -50,6 +51,17 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
 PoolRouter* Gateway::router(std::string_view pool) {
   auto it = routers_.find(pool);
   return it == routers_.end() ? nullptr : it->second.get();
+}
+
+PoolHealth* Gateway::health(std::string_view pool) {
+  auto it = health_.find(pool);
+  return it == health_.end() ? nullptr : it->second.get();
+}
+
+std::vector<PoolHealth*> Gateway::pool_healths() {
+  std::vector<PoolHealth*> out;
+  for (auto& [name, h] : health_) out.push_back(h.get());
+  return out;
 }
 
 Time Gateway::now() const {

@@ -18,6 +18,7 @@
 #include "core/request.h"
 #include "gateway/access_log.h"
 #include "gateway/metrics.h"
+#include "gateway/pool_health.h"
 
 namespace sluice {
 
@@ -78,6 +79,9 @@ class Gateway {
   const Config& config() const { return *config_; }
   std::shared_ptr<const Config> config_ptr() const { return config_; }
   PoolRouter* router(std::string_view pool);
+  // The pool's health / ejection / retry budget state (pool_health.h); nullptr for an unknown pool.
+  PoolHealth* health(std::string_view pool);
+  std::vector<PoolHealth*> pool_healths();
   const std::map<std::string, std::unique_ptr<PoolRouter>, std::less<>>& routers() const { return routers_; }
   MetricsRegistry& registry() { return registry_; }
   GatewayMetrics& metrics() { return metrics_; }
@@ -101,6 +105,7 @@ class Gateway {
   std::shared_ptr<const Config> config_;
   std::chrono::steady_clock::time_point epoch_;
   std::map<std::string, std::unique_ptr<PoolRouter>, std::less<>> routers_;
+  std::map<std::string, std::unique_ptr<PoolHealth>, std::less<>> health_;
   MetricsRegistry registry_;
   GatewayMetrics metrics_;
   AccessLog access_log_;

@@ -1,6 +1,7 @@
 #include "gateway/proxy.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
@@ -11,6 +12,7 @@
 #include "core/sse.h"
 #include "gateway/gateway.h"
 #include "gateway/http_util.h"
+#include "gateway/retry_after.h"
 #include "gateway/session.h"
 #include "gateway/upstream_pool.h"
 
@@ -19,7 +21,6 @@ namespace sluice {
 namespace http = boost::beast::http;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-constexpr int kMaxAttempts = 3;                   // the first pick + at most 2 retries on connect failure
 constexpr size_t kMaxBufferedBody = 64u << 20;    // a non-streaming response larger than this is a 502
 constexpr size_t kRelayChunk = 16u << 10;
 constexpr int64_t kDefaultOutputBound = 256;      // decode accounting when the request sets no bound
@@ -72,6 +73,10 @@ class RequestLife {
   };
   void fail(Outcome o, ApiError e, std::string reason);
   void fail_upstream(boost::system::error_code ec, bool mid_stream);
+  // Passive outlier detection: the attempt on the current endpoint ended this way.
+  void report_attempt(AttemptResult r);
+  // A retry on candidate `next` is allowed: it exists, the per-request count and the pool budget allow it.
+  bool may_retry(size_t next, size_t candidates);
   asio::awaitable<void> respond_failure();
   void on_event(const SseEvent& ev, SteadyClock::time_point now);
   void take_usage(const Usage& u);
@@ -89,6 +94,7 @@ class RequestLife {
   std::optional<RequestModel> model_;
   const ModelRoute* route_ = nullptr;
   PoolRouter* router_ = nullptr;
+  PoolHealth* health_ = nullptr;
   size_t pool_index_ = 0;
   PickRequest pick_;
   DispatchGuard guard_;
@@ -165,10 +171,21 @@ asio::awaitable<bool> RequestLife::run() {
   pick_.cache_salt = model_->cache_salt;
   pick_.input_tokens = estimate_tokens(model_->rendered);
   pick_.max_output_tokens = kind_ == ApiKind::embedding ? 0 : model_->max_output_tokens.value_or(kDefaultOutputBound);
+  health_ = gw_.health(route_->pool);
+  if (health_) {
+    health_->refresh(gw_.now());
+    health_->on_request(gw_.now());
+  }
   auto candidates = router_->rank(pick_, gw_.now());
-  if (candidates.empty())
+  if (candidates.empty()) {
+    // Our own Retry-After is jittered, so clients told to come back do not return all at once.
+    thread_local AdmissionRng rng{std::random_device{}()};
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(jittered(std::chrono::seconds(1), rng));
+    const ResponseHeaders retry{{"retry-after", std::to_string((wait.count() + 999) / 1000)},
+                                {"retry-after-ms", std::to_string(wait.count())}};
     co_return co_await reject(api_error(503, fmt::format("No healthy endpoint serves `{}` right now.", model_->model),
-                                        "server_error", {}, "no_endpoint"), "no_endpoint");
+                                        "server_error", {}, "no_endpoint"), "no_endpoint", retry);
+  }
 
   // ---- forward + relay, watching the client for a disconnect ----
   // Admission: enforce the reserved output bound upstream; ask a stream for its usage (to settle
@@ -201,15 +218,19 @@ asio::awaitable<void> RequestLife::forward_and_relay(std::vector<Candidate> cand
 }
 
 // ---- forward: lease a connection to the best candidate, send, read the response head ----
+// Nothing has reached the client yet, so a connect failure, a reset before the response head, or a
+// 502/503 head is retried on the next-ranked candidate (at most retry.max_retries times, within the
+// pool's retry budget). An upstream Retry-After up to retry.max_retry_after is waited out first; a
+// longer one passes the response on. A timeout is not retried (the engine may still be working).
 asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candidates) {
   boost::system::error_code last_error;
-  int attempts = 0;
-  for (const auto& cand : candidates) {
-    if (attempts == kMaxAttempts) break;
-    rec_.attempts = ++attempts;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const auto& cand = candidates[i];
+    rec_.attempts = static_cast<int>(i) + 1;
     rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
     guard_ = router_->dispatch(pick_, cand, gw_.now());
     if (ticket_) ticket_->on_dispatched();
+    bool retry = false;
     for (bool fresh_retry = false;;) {
       auto acquired = co_await s_.upstream_pool().acquire(
           pool_index_, cand.endpoint, std::min(SteadyClock::now() + tmo_.connect, total_deadline_));
@@ -220,25 +241,57 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
       if (acquired.error) {
         last_error = acquired.error;
         spdlog::debug("request {}: connect to {} failed: {}", rec_.id, rec_.endpoint, last_error.message());
-        break;  // the next candidate
+        report_attempt(last_error == asio::error::timed_out ? AttemptResult::timeout : AttemptResult::connect_error);
+        retry = may_retry(i + 1, candidates.size());
+        break;
       }
       lease_ = std::move(acquired.lease);
       s_.set_upstream(&lease_.socket());
       auto ec = co_await send_and_read_head();
-      if (!ec) co_return true;
+      if (!ec) {
+        const int status = rec_.status;
+        report_attempt(attempt_result_of_status(status));
+        if (status != 502 && status != 503) co_return true;
+        const auto wait = upstream_retry_after(up_parser_->get());
+        if ((wait && *wait > router_->config().retry.max_retry_after) || !may_retry(i + 1, candidates.size()))
+          co_return true;  // pass the upstream's answer on
+        spdlog::debug("request {}: {} answered {}, retrying", rec_.id, rec_.endpoint, status);
+        s_.set_upstream(nullptr);
+        lease_ = {};
+        if (wait && *wait > Duration::zero()) {
+          asio::steady_timer timer(co_await asio::this_coro::executor);
+          timer.expires_at(std::min(SteadyClock::now() + *wait, total_deadline_));
+          co_await timer.async_wait(use_tuple);
+          if (s_.client_gone()) {
+            finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
+            co_return false;
+          }
+        }
+        retry = true;
+        break;
+      }
       s_.set_upstream(nullptr);
       const bool nothing_received = up_buffer_.size() == 0;
-      if (lease_.reused() && nothing_received && !fresh_retry && !s_.client_gone() && s_.watchdog().expired() == Phase::none &&
-          (ec == asio::error::eof || ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
-           ec == asio::error::broken_pipe)) {
+      const bool reset = ec == asio::error::eof || ec == http::error::end_of_stream ||
+                         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+      const bool clean = !s_.client_gone() && s_.watchdog().expired() == Phase::none;
+      if (lease_.reused() && nothing_received && !fresh_retry && clean && reset) {
         fresh_retry = true;  // a kept-alive connection the server had closed: once more, on a new one
         lease_ = {};
         continue;
       }
-      // The request may have reached the engine: it is not retried elsewhere.
-      fail_upstream(ec, false);
+      if (reset && clean && may_retry(i + 1, candidates.size())) {
+        spdlog::debug("request {}: {} reset before answering ({}), retrying", rec_.id, rec_.endpoint, ec.message());
+        report_attempt(AttemptResult::server_error);
+        lease_ = {};
+        last_error = ec;
+        retry = true;
+        break;
+      }
+      fail_upstream(ec, false);  // counts the attempt
       co_return false;
     }
+    if (!retry) break;
   }
   guard_.release();
   if (last_error == asio::error::timed_out)
@@ -250,6 +303,20 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
                    "upstream_connect_error"),
          "connect_error");
   co_return false;
+}
+
+bool RequestLife::may_retry(size_t next, size_t candidates) {
+  if (next >= candidates || static_cast<int>(next) > router_->config().retry.max_retries) return false;
+  if (s_.client_gone() || SteadyClock::now() >= total_deadline_) return false;
+  if (health_ && !health_->try_retry(gw_.now())) {
+    spdlog::debug("request {}: retry budget of pool {} exhausted", rec_.id, router_->config().name);
+    return false;
+  }
+  return true;
+}
+
+void RequestLife::report_attempt(AttemptResult r) {
+  if (health_ && guard_) health_->on_attempt(guard_.endpoint(), r, gw_.now());
 }
 
 asio::awaitable<boost::system::error_code> RequestLife::send_and_read_head() {
@@ -461,6 +528,9 @@ void RequestLife::fail(Outcome o, ApiError e, std::string reason) {
 // Classifies a failed upstream operation: the client left, a deadline passed, or the upstream broke.
 void RequestLife::fail_upstream(boost::system::error_code ec, bool mid_stream) {
   const Phase expired = s_.watchdog().expired();
+  if (!s_.client_gone() && expired != Phase::total)
+    report_attempt(expired == Phase::first_byte || expired == Phase::stream_gap ? AttemptResult::timeout
+                                                                                 : AttemptResult::server_error);
   if (s_.client_gone()) {
     fail(Outcome::client_cancelled, {}, "client_closed");
   } else if (expired == Phase::first_byte) {

@@ -88,6 +88,7 @@ void add_serve_command(CLI::App& app) {
         spdlog::error("invalid config: {}", e.what());
         throw CLI::RuntimeError(2);
       }
+      options.config_path = config_path;
       code = run_gateway(cfg, options);
     }
     if (code != 0) throw CLI::RuntimeError(code);

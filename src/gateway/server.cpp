@@ -11,7 +11,9 @@
 
 #include "gateway/admin.h"
 #include "gateway/admission_driver.h"
+#include "gateway/health_checker.h"
 #include "gateway/http_util.h"
+#include "gateway/reload.h"
 #include "gateway/session.h"
 
 namespace sluice {
@@ -98,7 +100,7 @@ void Worker::abort_all() {
   for (auto* s : snapshot) s->abort();
 }
 
-Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options) {
+Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options) : config_path_(options.config_path) {
   GatewayOptions gopts;
   gopts.access_log = options.access_log;
   gateway_ = std::make_unique<Gateway>(config, gopts);
@@ -128,6 +130,8 @@ int Server::run() {
 
   for (auto& w : workers_) w->start();
   admin_->start();
+  auto health_checkers = start_health_checkers(workers_.back()->io(), gateway_->pool_healths(),
+                                               [gw = gateway_.get()] { return gw->now(); });
   for (auto& w : workers_) threads_.emplace_back([&io = w->io()] { io.run(); });
   spdlog::info("sluice listening on http://{}:{} (admin http://{}:{}), {} workers", cfg.listen.host, port_,
                cfg.admin.host, admin_port_, workers_.size());
@@ -146,6 +150,16 @@ int Server::run() {
     signals.async_wait(on_signal);
   };
   signals.async_wait(on_signal);
+
+  // SIGHUP: re-read the config file and validate it; an invalid one is refused and the current
+  // config kept (reload.h).
+  asio::signal_set hup(control, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_hup = [&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    reload_config(*gateway_, config_path_);
+    hup.async_wait(on_hup);
+  };
+  hup.async_wait(on_hup);
 
   // Poll: flush the access log, and end the drain when nothing is in flight or time is up.
   asio::steady_timer tick(control);
@@ -170,6 +184,7 @@ int Server::run() {
   // upstream leases it holds) is gone before the workers are destroyed.
   for (auto& w : workers_) asio::post(w->io(), [wp = w.get()] { wp->abort_all(); });
   admin_->stop();
+  health_checkers->stop();
   for (int i = 0; i < 100 && gateway_->connections.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   for (auto& w : workers_) w->io().stop();
   for (auto& t : threads_) t.join();

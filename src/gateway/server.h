@@ -63,6 +63,7 @@ class Worker {
 struct ServeOptions {
   std::string access_log = "-";
   int workers = 0;  // 0: the config's
+  std::string config_path;  // re-read and validated on SIGHUP (empty: SIGHUP is ignored)
 };
 
 class Server {
@@ -80,6 +81,7 @@ class Server {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   uint16_t port_ = 0, admin_port_ = 0;
+  std::string config_path_;
   std::unique_ptr<class AdminListener> admin_;
 };
 

@@ -1,0 +1,131 @@
+#include "gateway/health_checker.h"
+
+#include <atomic>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+namespace sluice {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+struct HealthCheckers::Impl {
+  asio::strand<asio::io_context::executor_type> strand;
+  std::atomic<bool> stopping{false};
+  std::vector<std::shared_ptr<asio::cancellation_signal>> signals;  // touched on the strand only
+  explicit Impl(asio::io_context& io) : strand(asio::make_strand(io)) {}
+};
+
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// One probe: connect, GET, read the response; true on a 2xx within `timeout`.
+asio::awaitable<bool> probe(const Address& addr, const std::string& path, Duration timeout, std::string& error) {
+  auto ex = co_await asio::this_coro::executor;
+  beast::tcp_stream stream(ex);
+  stream.expires_after(timeout);
+  boost::system::error_code ec;
+  auto ip = asio::ip::make_address(addr.host, ec);
+  tcp::endpoint target;
+  if (!ec) {
+    target = tcp::endpoint(ip, addr.port);
+  } else {
+    tcp::resolver resolver(ex);
+    auto [rerr, results] = co_await resolver.async_resolve(addr.host, std::to_string(addr.port), use_tuple);
+    if (rerr || results.empty()) {
+      error = "resolve: " + rerr.message();
+      co_return false;
+    }
+    target = *results.begin();
+  }
+  auto [cerr] = co_await stream.async_connect(target, use_tuple);
+  if (cerr) {
+    error = "connect: " + cerr.message();
+    co_return false;
+  }
+  http::request<http::empty_body> req{http::verb::get, path, 11};
+  req.set(http::field::host, addr.str());
+  req.set(http::field::user_agent, "sluice-health");
+  req.keep_alive(false);
+  auto [werr, wn] = co_await http::async_write(stream, req, use_tuple);
+  if (werr) {
+    error = "write: " + werr.message();
+    co_return false;
+  }
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64u << 10);
+  auto [rerr, rn] = co_await http::async_read(stream, buf, parser, use_tuple);
+  if (rerr) {
+    error = "read: " + rerr.message();
+    co_return false;
+  }
+  const int status = parser.get().result_int();
+  if (status < 200 || status >= 300) {
+    error = "status " + std::to_string(status);
+    co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<void> check_loop(std::shared_ptr<HealthCheckers::Impl> impl, PoolHealth* pool, size_t index,
+                                 std::function<Time()> now) {
+  const PoolConfig& pc = pool->router().config();
+  const Address addr = pc.endpoints.at(index).address;
+  const std::string name = pc.name + "/" + pc.endpoints.at(index).name;
+  const HealthCheckConfig hc = pc.health;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  std::string last_error;
+  while (!impl->stopping.load()) {
+    const auto started = std::chrono::steady_clock::now();
+    std::string error;
+    const bool ok = co_await probe(addr, hc.path, hc.timeout, error);
+    if (impl->stopping.load()) break;  // cancelled by stop(): not the endpoint's fault
+    if (error != last_error && !error.empty()) spdlog::debug("health check {}: {}", name, error);
+    last_error = error;
+    pool->on_probe(index, ok, now());
+    pool->refresh(now());
+    timer.expires_at(started + hc.interval);
+    co_await timer.async_wait(use_tuple);
+  }
+}
+
+}  // namespace
+
+void HealthCheckers::stop() {
+  if (!impl_ || impl_->stopping.exchange(true)) return;
+  asio::post(impl_->strand, [impl = impl_] {
+    for (auto& s : impl->signals) s->emit(asio::cancellation_type::terminal);
+  });
+}
+
+std::shared_ptr<HealthCheckers> start_health_checkers(asio::io_context& io, const std::vector<PoolHealth*>& pools,
+                                                      std::function<Time()> now) {
+  auto h = std::make_shared<HealthCheckers>();
+  h->impl_ = std::make_shared<HealthCheckers::Impl>(io);
+  for (PoolHealth* p : pools) {
+    if (!p || !p->router().config().health.enabled) continue;
+    for (size_t i = 0; i < p->router().size(); ++i) {
+      auto sig = std::make_shared<asio::cancellation_signal>();
+      h->impl_->signals.push_back(sig);
+      asio::co_spawn(h->impl_->strand, check_loop(h->impl_, p, i, now),
+                     asio::bind_cancellation_slot(sig->slot(), asio::detached));
+    }
+  }
+  return h;
+}
+
+}  // namespace sluice

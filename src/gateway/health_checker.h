@@ -1,0 +1,34 @@
+// Active health checks: one coroutine per endpoint of every pool with `health.enabled`. Each GETs
+// HealthCheckConfig::path (default /health) every interval (default 1 s) on a fresh connection with
+// a timeout (connect included) and reports ok (a 2xx) or not to PoolHealth::on_probe, which takes
+// the endpoint out after `unhealthy_threshold` failures in a row and back after `healthy_threshold`
+// successes. Every probe also re-admits endpoints whose outlier ejection has expired.
+//
+// Usage (gateway):
+//   auto checkers = sluice::start_health_checkers(io, pools, [&gw] { return gw.now(); });
+//   ...
+//   checkers->stop();   // on shutdown; coroutines end at their next suspension point
+// The PoolHealth objects must outlive the coroutines. They run on a strand of `io`.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "core/time.h"
+#include "gateway/pool_health.h"
+
+namespace sluice {
+
+class HealthCheckers {
+ public:
+  void stop();  // thread-safe, idempotent
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+std::shared_ptr<HealthCheckers> start_health_checkers(boost::asio::io_context& io, const std::vector<PoolHealth*>& pools,
+                                                      std::function<Time()> now);
+
+}  // namespace sluice
