@@ -32,11 +32,11 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
   const auto created = std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count();
   models_json_ = models_list_json(*config_, created);
-
   for (const auto& pool : config_->pools)
     pool_series_.emplace(pool.name, PoolSeries{&metrics_.duration.with({pool.name}), &metrics_.ttft.with({pool.name}),
                                                &metrics_.itl.with({pool.name})});
   for (const auto& m : config_->models) ok_requests_.emplace(m.name, &metrics_.requests.with({m.pool, m.name, "200", "ok"}));
+
   // Endpoint series whose values live in the routers.
   registry_.add_collector([this](std::string& out) {
     append_endpoint_metrics(out, routers_, now());
@@ -78,24 +78,12 @@ bool Gateway::ready() const {
   return true;
 }
 
-void Gateway::complete(const RequestRecord& r) {
-  const std::string status = std::to_string(r.status);
-  const std::string_view pool = r.pool.empty() ? std::string_view("-") : std::string_view(r.pool);
-  // Unknown model names are client-chosen: keep them out of label values (unbounded cardinality).
-  const std::string_view model = r.reason == "unknown_model" || r.model.empty() ? std::string_view("-") : std::string_view(r.model);
-  metrics_.requests.with({pool, model, status, to_string(r.outcome)}).inc();
-  metrics_.duration.with({pool}).observe(to_seconds(r.duration));
-  if (r.ttft) metrics_.ttft.with({pool}).observe(to_seconds(*r.ttft));
-  if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, r.reason}).inc();
-  if (r.outcome == Outcome::client_cancelled)
-    metrics_.cancellations.with({r.reason == "cancelled_queued" ? "queued" : r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
-  access_log_.write(r);
 const Gateway::PoolSeries* Gateway::pool_series(std::string_view pool) const {
   auto it = pool_series_.find(pool);
   return it == pool_series_.end() ? nullptr : &it->second;
 }
 
-}
+void Gateway::complete(const RequestRecord& r) {
   if (r.outcome == Outcome::ok && r.status == 200) {
     auto it = ok_requests_.find(r.model);
     const PoolSeries* ps = pool_series(r.pool);
@@ -107,5 +95,17 @@ const Gateway::PoolSeries* Gateway::pool_series(std::string_view pool) const {
       return;
     }
   }
+  const std::string status = std::to_string(r.status);
+  const std::string_view pool = r.pool.empty() ? std::string_view("-") : std::string_view(r.pool);
+  // Unknown model names are client-chosen: keep them out of label values (unbounded cardinality).
+  const std::string_view model = r.reason == "unknown_model" || r.model.empty() ? std::string_view("-") : std::string_view(r.model);
+  metrics_.requests.with({pool, model, status, to_string(r.outcome)}).inc();
+  metrics_.duration.with({pool}).observe(to_seconds(r.duration));
+  if (r.ttft) metrics_.ttft.with({pool}).observe(to_seconds(*r.ttft));
+  if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, r.reason}).inc();
+  if (r.outcome == Outcome::client_cancelled)
+    metrics_.cancellations.with({r.reason == "cancelled_queued" ? "queued" : r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
+  access_log_.write(r);
+}
 
 }  // namespace sluice

@@ -110,11 +110,6 @@ class Gateway {
   GatewayMetrics metrics_;
   AccessLog access_log_;
   std::string models_json_;
-};
-
-// RAII: counts one request in Gateway::active_requests (graceful drain waits for zero).
-class ActiveRequest {
- public:
   // Series resolved once for the common case (no label-key building on the hot path).
   struct PoolSeries {
     Histogram* duration;
@@ -127,6 +122,11 @@ class ActiveRequest {
  public:
   // The pool's histograms (nullptr for an unknown pool).
   const PoolSeries* pool_series(std::string_view pool) const;
+};
+
+// RAII: counts one request in Gateway::active_requests (graceful drain waits for zero).
+class ActiveRequest {
+ public:
   explicit ActiveRequest(Gateway& gw) : gw_(gw) { gw_.active_requests.fetch_add(1, std::memory_order_relaxed); }
   ~ActiveRequest() { gw_.active_requests.fetch_sub(1, std::memory_order_relaxed); }
   ActiveRequest(const ActiveRequest&) = delete;

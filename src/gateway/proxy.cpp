@@ -329,6 +329,8 @@ asio::awaitable<boost::system::error_code> RequestLife::send_and_read_head() {
   for (const auto& f : req_.base()) {
     const std::string_view name = f.name_string();
     if (is_hop_by_hop(name)) continue;
+    // With admission on, the bearer key is the gateway's (never forwarded) and the priority header its own.
+    if (ticket_ && (f.name() == http::field::authorization || iequals(name, "x-sluice-priority"))) continue;
     has_content_type |= f.name() == http::field::content_type;
     head.append(name).append(": ").append(f.value()).append("\r\n");
   }
@@ -396,13 +398,15 @@ std::string RequestLife::response_head_from_upstream(bool chunked, size_t conten
 
 // ---- relay a whole (non-streaming) body: read it, rewrite the model for an alias, send ----
 asio::awaitable<void> RequestLife::relay_buffered() {
+  // Read straight into the body: sized by Content-Length when known, else grown a chunk at a time.
   std::string body;
   size_t used = 0;
   const size_t step = std::min<uint64_t>(up_parser_->content_length().value_or(kRelayChunk), kMaxBufferedBody) + 1;
   while (!up_parser_->is_done()) {
+    if (body.size() - used < 512) body.resize(used + std::max<size_t>(step, kRelayChunk / 4));
     size_t got = 0;
     boost::system::error_code ec;
-    if (!co_await read_upstream(chunk.data(), chunk.size(), got, ec)) {
+    if (!co_await read_upstream(body.data() + used, body.size() - used, got, ec)) {
       fail_upstream(ec, false);
       co_return;
     }
@@ -413,6 +417,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
       co_return;
     }
   }
+  body.resize(used);
   s_.set_upstream(nullptr);
   if (up_parser_->keep_alive() && up_buffer_.size() == 0) lease_.reusable();
   lease_ = {};  // back to the pool before we write downstream
@@ -445,7 +450,7 @@ asio::awaitable<void> RequestLife::relay_stream() {
   while (!up_parser_->is_done()) {
     size_t got = 0;
     boost::system::error_code ec;
-    if (!co_await read_upstream(body.data() + used, body.size() - used, got, ec)) {
+    if (!co_await read_upstream(chunk.data(), chunk.size(), got, ec)) {
       fail_upstream(ec, true);
       failure_->partial_pending = !sse.pending().empty();
       if (rewriting) failure_->partial_event = std::string(sse.pending());
@@ -463,12 +468,10 @@ asio::awaitable<void> RequestLife::relay_stream() {
       else out.append(ev.raw);
     }
     if (rewriting && sse.failed()) {  // an event too large to hold: relay the rest untouched
-  // Read straight into the body: sized by Content-Length when known, else grown a chunk at a time.
       out.append(sse.pending());
       rewriting = false;
     }
     const std::string_view send = rewriting ? std::string_view(out) : bytes;
-    if (body.size() - used < 512) body.resize(used + std::max<size_t>(step, kRelayChunk / 4));
     if (send.empty()) continue;
     if (!co_await write_client(fmt::format("{:x}\r\n", send.size()), send, "\r\n")) {
       rec_.cancelled_while_streaming = true;
@@ -482,7 +485,6 @@ asio::awaitable<void> RequestLife::relay_stream() {
   std::string tail;
   if (rewriting && !sse.pending().empty()) tail = fmt::format("{:x}\r\n{}\r\n", sse.pending().size(), sse.pending());
   tail += "0\r\n\r\n";
-  body.resize(used);
   if (!co_await write_client(tail)) {
     rec_.cancelled_while_streaming = true;
     finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
