@@ -309,6 +309,49 @@ class TestHangingReplica(FaultTest):
         self.assert_quiescent()
 
 
+class TestWholeFleetDown(FaultTest):
+    REPLICAS = 2
+
+    def readyz(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.gw.admin_port, timeout=5)
+        try:
+            c.request("GET", "/readyz")
+            r = c.getresponse()
+            r.read()
+            return r.status
+        finally:
+            c.close()
+
+    def test_readiness_follows_health(self):
+        self.start_gateway()
+        self.assertEqual(self.readyz(), 200)
+        for r in self.replicas:
+            r.faults({"hang": True})
+        self.wait_for(lambda: self.readyz() != 200, 6, "not ready when every endpoint is down")
+        # No endpoint: a clear 503 with a jittered Retry-After (seconds and milliseconds).
+        waits = set()
+        for i in range(5):
+            c = http.client.HTTPConnection("127.0.0.1", self.gw.port, timeout=5)
+            try:
+                c.request("POST", "/v1/chat/completions", body=chat_body(False, 8, i),
+                          headers={"content-type": "application/json"})
+                r = c.getresponse()
+                body = r.read()
+                self.assertEqual(r.status, 503, body)
+                self.assertIn(b"no_endpoint", body)
+                self.assertIsNotNone(r.getheader("retry-after"))
+                waits.add(int(r.getheader("retry-after-ms")))
+            finally:
+                c.close()
+        self.assertTrue(all(1000 <= w <= 1300 for w in waits), waits)
+        self.assertGreater(len(waits), 1, "Retry-After is not jittered")
+        for r in self.replicas:
+            r.faults({"reset": True})
+        self.wait_for(lambda: self.readyz() == 200, 8, "ready again")
+        self.assertEqual(send(self.gw.port).status, 200)
+        self.assert_quiescent()
+
+
 class TestErroringReplica(FaultTest):
     def test_20_percent_503(self):
         self.start_gateway()
