@@ -86,7 +86,7 @@ def load_loop(port, stop, model, counts):
             time.sleep(0.05)
 
 
-def start_gateway(sluice, sim_ports, tmpdir, pool="chat", model=MODEL):
+def start_gateway(sluice, sim_ports, tmpdir, pool="chat", model=MODEL, max_in_flight_per_endpoint=256):
     """`sluice serve` over the replicas (named replica-0..N-1); returns (proc, listen_port, admin_port)
     once the admin listener answers /metrics, or raises with the gateway's stderr."""
     listen, admin = free_port(), free_port()
@@ -102,6 +102,7 @@ pools:
     endpoints:
 {eps}
     scrape: {{interval_ms: 50, stale_after_ms: 500}}
+    max_in_flight_per_endpoint: {max_in_flight_per_endpoint}
 models:
   - {{name: {model}, pool: {pool}}}
 """)

@@ -68,6 +68,7 @@
       for (const [name, s] of Object.entries(this.scales)) {
         scales[name] = s.range ? { auto: false, range: s.range } : { auto: true, range: (u, lo, hi) => [0, Math.max(hi * 1.1, s.min || 1e-9)] };
         axes.push({ scale: name, side, label: s.label, stroke: "#aab", size: 60,
+          ...(s.ints ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] } : {}),
           grid: { show: side === 3, stroke: "#2a2f3a" }, ticks: { stroke: "#2a2f3a" },
           values: (u, vals) => vals.map((v) => (s.fmt ? s.fmt(v) : v)) });
         side = 1;
@@ -110,7 +111,7 @@
     queue: new Panel("chart-queue", { y: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
     ttft: new Panel("chart-ttft", { y: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
     kv: new Panel("chart-kv", { y: ratio }),
-    waiting: new Panel("chart-waiting", { y: { label: "requests", fmt: (v) => fmtNum(v, 0), min: 1 } }),
+    waiting: new Panel("chart-waiting", { y: { label: "requests", fmt: (v) => fmtNum(v, 0), min: 1, ints: true } }),
     picks: new Panel("chart-picks", { y: { label: "picks/s", fmt: (v) => fmtNum(v, 1), min: 1 } }),
     duty: new Panel("chart-duty", { y: ratio }),
   };
@@ -229,9 +230,10 @@
     const fresh = eps.filter(([key]) => !staleKeys.has(key));
     const duties = (fresh.length ? fresh : eps).map(([, e]) => gaugeOf(cur, "sluice_endpoint_duty_cycle_ratio", e)).filter((v) => v != null);
     const duty = duties.length ? duties.reduce((a, b) => a + b, 0) / duties.length : null;
-    // Requests flowing and none observed in the queue histogram in the window: nobody waited, p99 = 0.
+    // Requests flowing and nothing observed in the queue histogram in the window (or no histogram
+    // yet: the gateway may observe only requests that actually queued): nobody waited, p99 = 0.
     const queueBuckets = P.bucketIncrease(short, cur, "sluice_queue_time_seconds", filter);
-    const queueP99 = P.histogramQuantile(0.99, queueBuckets) ?? (queueBuckets.size > 0 && rps > 0 ? 0 : null);
+    const queueP99 = P.histogramQuantile(0.99, queueBuckets) ?? (rps > 0 ? 0 : null);
     const ttftP99 = P.histogramQuantile(0.99, P.bucketIncrease(short, cur, "sluice_ttft_seconds", filter));
     const queued = P.sum(cur, "sluice_queue_depth", filter);
 
