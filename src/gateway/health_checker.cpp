@@ -13,7 +13,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "gateway/metrics.h"
 
 namespace sluice {
 
@@ -104,6 +107,33 @@ asio::awaitable<void> check_loop(std::shared_ptr<HealthCheckers::Impl> impl, Poo
 }
 
 }  // namespace
+
+void add_health_metrics(MetricsRegistry& registry, std::vector<PoolHealth*> pools) {
+  registry.add_collector([pools = std::move(pools)](std::string& out) {
+    std::string retries, refused, ejections, failures;
+    for (PoolHealth* p : pools) {
+      const PoolConfig& pc = p->router().config();
+      std::string labels;
+      append_labels(labels, {"pool"}, {pc.name});
+      retries += fmt::format("sluice_retries_total{{{}}} {}\n", labels, p->retries_total());
+      refused += fmt::format("sluice_retries_refused_total{{{}}} {}\n", labels, p->retries_refused_total());
+      for (size_t i = 0; i < pc.endpoints.size(); ++i) {
+        labels.clear();
+        append_labels(labels, {"pool", "endpoint"}, {pc.name, pc.endpoints[i].name});
+        const auto& c = p->counters(i);
+        ejections += fmt::format("sluice_outlier_ejections_total{{{}}} {}\n", labels, c.ejections.load());
+        failures += fmt::format("sluice_health_check_failures_total{{{}}} {}\n", labels, c.probe_failures.load());
+      }
+    }
+    out += "# HELP sluice_retries_total Upstream attempts retried on another endpoint.\n# TYPE sluice_retries_total counter\n" + retries;
+    out += "# HELP sluice_retries_refused_total Retries the pool's retry budget refused.\n"
+           "# TYPE sluice_retries_refused_total counter\n" + refused;
+    out += "# HELP sluice_outlier_ejections_total Passive outlier ejections.\n"
+           "# TYPE sluice_outlier_ejections_total counter\n" + ejections;
+    out += "# HELP sluice_health_check_failures_total Failed active health probes.\n"
+           "# TYPE sluice_health_check_failures_total counter\n" + failures;
+  });
+}
 
 void HealthCheckers::stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;

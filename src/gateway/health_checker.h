@@ -28,6 +28,13 @@ class HealthCheckers {
   std::shared_ptr<Impl> impl_;
 };
 
+class MetricsRegistry;
+
+// Registers the resilience series: sluice_retries_total{pool}, sluice_retries_refused_total{pool}
+// (retries the pool budget refused), sluice_outlier_ejections_total{pool,endpoint},
+// sluice_health_check_failures_total{pool,endpoint}. (sluice_endpoint_healthy is the gateway's.)
+void add_health_metrics(MetricsRegistry& registry, std::vector<PoolHealth*> pools);
+
 std::shared_ptr<HealthCheckers> start_health_checkers(boost::asio::io_context& io, const std::vector<PoolHealth*>& pools,
                                                       std::function<Time()> now);
 

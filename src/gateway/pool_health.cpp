@@ -9,7 +9,8 @@ PoolHealth::PoolHealth(PoolRouter& router)
       active_(router.size(), ActiveHealthConfig{router.config().health.unhealthy_threshold,
                                                 router.config().health.healthy_threshold}),
       outlier_(router.size(), router.config().outlier),
-      budget_(RetryBudgetConfig{router.config().retry.budget_ratio, router.config().retry.budget_min_per_second}) {}
+      budget_(RetryBudgetConfig{router.config().retry.budget_ratio, router.config().retry.budget_min_per_second}),
+      counters_(new EndpointCounters[router.size()]) {}
 
 void PoolHealth::apply_locked(size_t endpoint, Time now) {
   const bool eligible = active_.healthy(endpoint) && !outlier_.ejected(endpoint, now);
@@ -23,6 +24,7 @@ void PoolHealth::apply_locked(size_t endpoint, Time now) {
 }
 
 void PoolHealth::on_probe(size_t endpoint, bool ok, Time now) {
+  if (!ok) counters_[endpoint].probe_failures.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   active_.record(endpoint, ok);
   apply_locked(endpoint, now);
@@ -32,6 +34,7 @@ void PoolHealth::on_attempt(size_t endpoint, AttemptResult result, Time now) {
   std::lock_guard lock(mu_);
   if (outlier_.record(endpoint, result, now)) {
     ejected_.fetch_add(1, std::memory_order_relaxed);
+    counters_[endpoint].ejections.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("endpoint {}/{} ejected after consecutive failures (ejection #{})", router_.config().name,
                  router_.config().endpoints[endpoint].name, outlier_.times_ejected(endpoint));
     apply_locked(endpoint, now);
@@ -55,8 +58,13 @@ void PoolHealth::on_request(Time now) {
 }
 
 bool PoolHealth::try_retry(Time now) {
-  std::lock_guard lock(mu_);
-  return budget_.try_retry(now);
+  bool allowed;
+  {
+    std::lock_guard lock(mu_);
+    allowed = budget_.try_retry(now);
+  }
+  (allowed ? retries_ : retries_refused_).fetch_add(1, std::memory_order_relaxed);
+  return allowed;
 }
 
 bool PoolHealth::active_healthy(size_t endpoint) const {

@@ -10,6 +10,7 @@
 // router keeps its own lock. Thread-safe.
 #pragma once
 #include <atomic>
+#include <memory>
 #include <mutex>
 
 #include "core/health/active_health.h"
@@ -37,6 +38,15 @@ class PoolHealth {
   bool active_healthy(size_t endpoint) const;
   bool ejected(size_t endpoint, Time now);
 
+  // Counters for /metrics (health_checker.h: add_health_metrics).
+  struct EndpointCounters {
+    std::atomic<int64_t> ejections{0};
+    std::atomic<int64_t> probe_failures{0};
+  };
+  const EndpointCounters& counters(size_t endpoint) const { return counters_[endpoint]; }
+  int64_t retries_total() const { return retries_.load(std::memory_order_relaxed); }
+  int64_t retries_refused_total() const { return retries_refused_.load(std::memory_order_relaxed); }
+
  private:
   void apply_locked(size_t endpoint, Time now);
 
@@ -46,6 +56,8 @@ class PoolHealth {
   OutlierDetector outlier_;
   RetryBudget budget_;
   std::atomic<int> ejected_{0};  // a hint: endpoints believed ejected (refresh skips when 0)
+  std::unique_ptr<EndpointCounters[]> counters_;
+  std::atomic<int64_t> retries_{0}, retries_refused_{0};
 };
 
 // The AttemptResult of an upstream response status.

@@ -130,6 +130,7 @@ int Server::run() {
 
   for (auto& w : workers_) w->start();
   admin_->start();
+  add_health_metrics(gateway_->registry(), gateway_->pool_healths());
   auto health_checkers = start_health_checkers(workers_.back()->io(), gateway_->pool_healths(),
                                                [gw = gateway_.get()] { return gw->now(); });
   for (auto& w : workers_) threads_.emplace_back([&io = w->io()] { io.run(); });

@@ -299,6 +299,7 @@ class TestHangingReplica(FaultTest):
         # Health checks time out too: the replica is taken out, then nothing waits on it.
         self.wait_for(lambda: self.gw.endpoint_value("sluice_endpoint_healthy", victim.port) == 0, 5,
                       "hanging replica marked unhealthy")
+        self.assertGreater(self.gw.endpoint_value("sluice_health_check_failures_total", victim.port), 0)
         after = send_many(self.gw.port, 20, concurrency=5)
         self.assertTrue(all(r.status == 200 for r in after), [r.status for r in after])
         self.assertTrue(all(r.elapsed < FIRST_BYTE_MS / 1000 for r in after))
@@ -361,6 +362,7 @@ class TestErroringReplica(FaultTest):
         failed = [r for r in results if r.status != 200]
         # One replica in three returns 20% 503s (~8 of 120 without retries): retries hide them.
         self.assertLessEqual(len(failed), 1, [(r.status, r.body[:200]) for r in failed])
+        self.assertGreater(sum(self.gw.series("sluice_retries_total").values()), 0)
         self.assert_quiescent()
 
     def test_client_errors_never_eject(self):
