@@ -1,6 +1,7 @@
 #include "gateway/admission_driver.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <map>
 #include <mutex>
@@ -133,6 +134,15 @@ class Driver : public std::enable_shared_from_this<Driver> {
     Counter* output;
   };
   void dispatch();
+  // The waiters' tick: at most one dispatch() per kPoll however many wait (room can appear
+  // without a completion, e.g. an endpoint turning healthy).
+  void poll_dispatch() {
+    const int64_t now = gw_.now().count();
+    int64_t last = last_poll_.load(std::memory_order_relaxed);
+    if (now - last >= std::chrono::nanoseconds(kPoll).count() &&
+        last_poll_.compare_exchange_strong(last, now, std::memory_order_relaxed))
+      dispatch();
+  }
   void expire();
   void wake(std::vector<std::shared_ptr<Waiter>>& woken);
   bool has_room_locked() const;
@@ -148,6 +158,7 @@ class Driver : public std::enable_shared_from_this<Driver> {
   std::unordered_map<uintptr_t, std::shared_ptr<Waiter>> waiters_;  // queued, by cookie
   std::map<std::string, PoolState, std::less<>> pools_;
   uintptr_t next_cookie_ = 1;
+  std::atomic<int64_t> last_poll_{0};
 };
 
 // ---- the ticket ----------------------------------------------------------------------------
@@ -327,7 +338,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
     timer.expires_after(std::clamp<Duration>(left + std::chrono::milliseconds(1), std::chrono::milliseconds(1), kPoll));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (gw_.now() >= deadline) expire();
-    else dispatch();
+    else poll_dispatch();
   }
   w->timer = nullptr;
   if (w->state == Waiter::State::expired) {
