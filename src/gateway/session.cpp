@@ -3,7 +3,6 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -17,7 +16,6 @@
 namespace sluice {
 
 namespace http = boost::beast::http;
-using namespace asio::experimental::awaitable_operators;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxEarlyBytes = 64 << 10;
@@ -86,29 +84,55 @@ asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std
   co_return !ec;
 }
 
-asio::awaitable<void> Session::watch_client() {
-  char tmp[4096];
-  for (;;) {
-    auto [ec, n] = co_await client_.async_read_some(asio::buffer(tmp), use_tuple);
-    auto cs = co_await asio::this_coro::cancellation_state;
-    if (cs.cancelled() != asio::cancellation_type::none) co_return;  // the request finished
-    if (!ec && n > 0) {
-      early_bytes_.append(tmp, n);  // a pipelined next request: keep it for the loop
-      if (early_bytes_.size() < kMaxEarlyBytes) continue;
-    } else if (ec != asio::error::operation_aborted) {
-      client_gone_ = true;  // EOF or reset: the client left
-      boost::system::error_code ignored;
-      if (upstream_) upstream_->close(ignored);
+void Session::start_watch() {
+  watching_ = true;
+  if (watch_pending_ || !client_.is_open()) return;
+  watch_pending_ = true;
+  client_.async_read_some(asio::buffer(watch_buf_),
+                          [self = shared_from_this()](boost::system::error_code ec, size_t n) { self->on_watch(ec, n); });
+}
+
+void Session::on_watch(boost::system::error_code ec, size_t n) {
+  watch_pending_ = false;
+  if (!ec && n > 0) {
+    early_bytes_.append(watch_buf_.data(), n);  // a pipelined next request: kept for the loop
+    if (watching_ && early_bytes_.size() < kMaxEarlyBytes) {
+      start_watch();
+      return;
     }
-    break;
+  } else if (ec != asio::error::operation_aborted) {
+    client_gone_ = true;  // EOF or reset: the client left
+    boost::system::error_code ignored;
+    if (watching_ && upstream_) upstream_->close(ignored);  // the engine sees the abort at once
   }
-  // Park until the request finishes (its completion cancels this wait).
-  asio::steady_timer park(client_.get_executor(), asio::steady_timer::time_point::max());
-  co_await park.async_wait(use_tuple);
+  if (watch_stopped_) watch_stopped_->cancel();
+}
+
+asio::awaitable<void> Session::stop_watch() {
+  watching_ = false;
+  if (!watch_pending_) co_return;
+  boost::system::error_code ignored;
+  client_.cancel(ignored);
+  // The cancelled read's handler is queued before this continuation on the connection's
+  // (single-threaded) io_context; the timer is only a fallback.
+  co_await asio::post(client_.get_executor(), asio::use_awaitable);
+  while (watch_pending_) {
+    if (!watch_stopped_) watch_stopped_ = std::make_unique<asio::steady_timer>(client_.get_executor());
+    watch_stopped_->expires_at(asio::steady_timer::time_point::max());
+    co_await watch_stopped_->async_wait(use_tuple);
+  }
 }
 
 asio::awaitable<void> Session::while_watching_client(asio::awaitable<void> work) {
-  co_await (std::move(work) || watch_client());
+  start_watch();
+  std::exception_ptr error;
+  try {
+    co_await std::move(work);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  co_await stop_watch();
+  if (error) std::rethrow_exception(error);
 }
 
 namespace {

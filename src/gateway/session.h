@@ -10,10 +10,13 @@
 // While a proxied request is in flight the session watches the client socket (a read that returns
 // EOF means the client left) and closes the request's upstream connection at once.
 #pragma once
+#include <array>
 #include <memory>
+#include <string>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
 #include "gateway/watchdog.h"
@@ -53,7 +56,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   asio::awaitable<void> run();
-  asio::awaitable<void> watch_client();
+  // The disconnect watch: one plain read on the client socket (a callback, no coroutine) kept
+  // pending while a request is served. EOF or an error: the client left. Bytes: a pipelined next
+  // request, kept in early_bytes_. stop_watch cancels it and waits until its handler has run, so
+  // the connection's next read never overlaps it.
+  void start_watch();
+  void on_watch(boost::system::error_code ec, size_t n);
+  asio::awaitable<void> stop_watch();
   void on_deadline(Phase phase);
 
   Worker& worker_;
@@ -64,6 +73,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool idle_ = true;
   bool client_gone_ = false;
   std::string early_bytes_;  // bytes the watcher read while a request was in flight (pipelining)
+  bool watching_ = false;
+  bool watch_pending_ = false;
+  std::array<char, 2048> watch_buf_;
+  std::unique_ptr<asio::steady_timer> watch_stopped_;  // fallback wait in stop_watch
 };
 
 }  // namespace sluice
