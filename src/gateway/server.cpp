@@ -11,9 +11,10 @@
 
 #include "gateway/admin.h"
 #include "gateway/admission_driver.h"
-#include "gateway/health_checker.h"
 #include "gateway/http_util.h"
 #include "gateway/reload.h"
+#include "gateway/health_checker.h"
+#include "gateway/scraper.h"
 #include "gateway/session.h"
 
 namespace sluice {
@@ -133,6 +134,9 @@ int Server::run() {
   add_health_metrics(gateway_->registry(), gateway_->pool_healths());
   auto health_checkers = start_health_checkers(workers_.back()->io(), gateway_->pool_healths(),
                                                [gw = gateway_.get()] { return gw->now(); });
+  std::vector<PoolRouter*> routers;
+  for (const auto& [name, router] : gateway_->routers()) routers.push_back(router.get());
+  scrapers_ = start_scrapers(workers_.back()->io(), routers, [gw = gateway_.get()] { return gw->now(); });
   for (auto& w : workers_) threads_.emplace_back([&io = w->io()] { io.run(); });
   spdlog::info("sluice listening on http://{}:{} (admin http://{}:{}), {} workers", cfg.listen.host, port_,
                cfg.admin.host, admin_port_, workers_.size());
@@ -186,6 +190,7 @@ int Server::run() {
   for (auto& w : workers_) asio::post(w->io(), [wp = w.get()] { wp->abort_all(); });
   admin_->stop();
   health_checkers->stop();
+  scrapers_->stop();
   for (int i = 0; i < 100 && gateway_->connections.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   for (auto& w : workers_) w->io().stop();
   for (auto& t : threads_) t.join();

@@ -5,7 +5,8 @@
 // its watchdog and the upstream connections it leases then all live on one thread, so none of them
 // needs a strand or a lock, and the upstream pool is lock-free (Envoy's worker model). The kernel
 // spreads new connections across the reuseport acceptors. What is shared (PoolRouter, metrics,
-// counters) is either mutex-per-pool or atomics. The admin listener runs on worker 0.
+// counters) is either mutex-per-pool or atomics. The admin listener runs on worker 0, the
+// engine-metrics scrapers on the last worker.
 //
 // Shutdown (SIGTERM / SIGINT): every worker closes its acceptor (new connections are refused) and
 // its idle keep-alive connections; requests in flight run to completion (their connections close
@@ -28,6 +29,7 @@
 namespace sluice {
 
 class Session;
+class Scrapers;
 
 class Worker {
  public:
@@ -83,6 +85,7 @@ class Server {
   uint16_t port_ = 0, admin_port_ = 0;
   std::string config_path_;
   std::unique_ptr<class AdminListener> admin_;
+  std::shared_ptr<Scrapers> scrapers_;  // engine /metrics scrapers (scraper.h), on the last worker
 };
 
 }  // namespace sluice
