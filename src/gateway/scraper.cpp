@@ -1,5 +1,7 @@
 #include "gateway/scraper.h"
 
+#include <xxhash.h>
+
 #include <atomic>
 #include <optional>
 
@@ -154,12 +156,30 @@ asio::awaitable<void> scrape_loop(std::shared_ptr<Scrapers::Impl> impl, PoolRout
       spdlog::warn("scraper {}/{}: ignoring malformed duty_cycle_url '{}'", router->config().name, ep.name, ep.duty_cycle_url);
     }
   }
+  // Frozen metrics: an engine whose exposition does not change by a byte while this gateway keeps
+  // sending it requests is not reporting live values (a wedged exporter, a cache in front of it).
+  // Its scrape then counts as failed, so its signals age into staleness and the picker falls back
+  // to the gateway's own accounting. An idle engine's unchanged body is fine: no picks, no suspicion.
+  constexpr int64_t kFrozenAfterPicks = 5;
+  uint64_t last_body_hash = 0;
+  int64_t picks_at_change = router->picks_total(index);
   asio::steady_timer timer(co_await asio::this_coro::executor);
   while (!impl->stopping.load()) {
     const auto started = std::chrono::steady_clock::now();
     ScrapeFetch f = co_await fetch(conn, ep.metrics_path, sc.timeout);
     if (impl->stopping.load()) break;  // cancelled by stop(): not the endpoint's fault
     std::string error = f.error;
+    if (f.ok) {
+      const uint64_t body_hash = XXH3_64bits(f.body.data(), f.body.size());
+      const int64_t picks = router->picks_total(index);
+      if (body_hash != last_body_hash) {
+        last_body_hash = body_hash;
+        picks_at_change = picks;
+      } else if (picks - picks_at_change >= kFrozenAfterPicks) {
+        f.ok = false;
+        error = "metrics frozen: unchanged while requests were sent";
+      }
+    }
     if (f.ok) {
       PromText text = parse_prom_text(f.body);
       EngineMetricsResult m = map_engine_metrics(text, ep.engine);

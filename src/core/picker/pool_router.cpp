@@ -136,6 +136,11 @@ void PoolRouter::set_healthy(size_t endpoint, bool healthy) {
   endpoints_.at(endpoint).healthy = healthy;
 }
 
+int64_t PoolRouter::picks_total(size_t endpoint) const {
+  std::lock_guard lock(mu_);
+  return endpoints_.at(endpoint).load.picks_total;
+}
+
 bool PoolRouter::healthy(size_t endpoint) const {
   std::lock_guard lock(mu_);
   return endpoints_.at(endpoint).healthy;

@@ -73,6 +73,8 @@ class PoolRouter {
   void record_scrape_error(size_t endpoint);
   void set_healthy(size_t endpoint, bool healthy);
   bool healthy(size_t endpoint) const;
+  // Dispatches to the endpoint so far (the scraper uses it to tell frozen metrics from idle ones).
+  int64_t picks_total(size_t endpoint) const;
 
   // True when every healthy endpoint is at the pool's hard in-flight cap.
   bool at_capacity() const;
