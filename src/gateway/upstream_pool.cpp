@@ -69,6 +69,8 @@ UpstreamPool::UpstreamPool(asio::any_io_executor executor, const Config& config,
 }
 
 namespace {
+constexpr auto kPeekAfter = std::chrono::milliseconds(200);
+
 // True when an idle connection is still usable: no EOF, no unexpected bytes waiting.
 bool still_open(tcp::socket& s) {
   char byte;
@@ -83,7 +85,11 @@ asio::awaitable<AcquireResult> UpstreamPool::acquire(size_t pool, size_t endpoin
     while (!slot.idle.empty()) {
       auto idle = std::move(slot.idle.back());
       slot.idle.pop_back();
-      if (SteadyClock::now() - idle.since < slot.idle_timeout && still_open(*idle.socket)) {
+      // A connection idle for a moment is checked with a non-blocking peek (one syscall); one
+      // returned just now is taken as is: if the server closed it anyway, the request is retried
+      // once on a fresh connection before any byte reached the client (proxy.cpp).
+      const auto idle_for = SteadyClock::now() - idle.since;
+      if (idle_for < slot.idle_timeout && (idle_for < kPeekAfter || still_open(*idle.socket))) {
         AcquireResult r;
         r.lease.slot_ = &slot;
         r.lease.socket_ = std::move(idle.socket);

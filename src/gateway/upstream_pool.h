@@ -3,8 +3,9 @@
 // Limits (config `upstream`): max_connections_per_endpoint and max_idle_per_endpoint are split
 // evenly across workers (rounded up); idle connections older than idle_timeout are closed.
 //
-//   acquire: reuse the most recently returned idle connection (LIFO keeps connections warm) after
-//            a non-blocking peek shows the server has not closed it; else connect, within the
+//   acquire: reuse the most recently returned idle connection (LIFO keeps connections warm); one
+//            idle for more than 200 ms first gets a non-blocking peek showing the server has not
+//            closed it; else connect, within the
 //            deadline; at the open limit, wait (FIFO) for a lease to come back, within the deadline.
 //   lease:   RAII; returns the connection to the idle list only if `reusable()` was called (the
 //            response was read completely and cleanly), otherwise closes it. A cancelled stream

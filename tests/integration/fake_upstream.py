@@ -11,6 +11,7 @@ forwards them):
   x-fake-crlf: 1              end SSE lines with CRLF instead of LF
   x-fake-status: CODE         answer with this status and an OpenAI error body
   x-fake-close: 1             close the connection right after reading the request
+  x-fake-close-after-ms: MS   answer normally (keep-alive), then silently close the connection
 Records every request; GET /_log returns them as JSON (method, path, headers, body, model,
 disconnected, completed, connection id), GET /_stats the number of TCP connections accepted.
 """
@@ -116,6 +117,9 @@ class Handler(BaseHTTPRequestHandler):
                              "usage": {"prompt_tokens": 11, "completion_tokens": tokens, "total_tokens": 11 + tokens,
                                        "prompt_tokens_details": {"cached_tokens": 0}}})
             rec["completed"] = True
+            if h.get("x-fake-close-after-ms"):
+                conn = self.connection
+                threading.Timer(float(h["x-fake-close-after-ms"]) / 1000, lambda: conn.shutdown(2)).start()
             return
         self.stream(rec, req, tokens, h)
 

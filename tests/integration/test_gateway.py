@@ -326,6 +326,19 @@ class DataPath(unittest.TestCase):
         conns = {r["conn"] for r in self.up.log() if r["headers"].get("x-request-id", "").startswith("reuse-")}
         self.assertEqual(len(conns), 1, "sequential requests must reuse one upstream connection")
 
+    def test_upstream_closing_an_idle_connection_is_retried_fresh(self):
+        # The server closes the kept-alive connection after answering; the next request reuses it
+        # (too recent to be peeked), fails before any response byte, and is retried on a new one.
+        c = self.gw.conn()
+        for i in range(4):
+            c.request("POST", "/v1/chat/completions", body=chat(TARGET),
+                      headers={"x-fake-close-after-ms": "20", "x-request-id": f"stale-{i}"})
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200, i)
+            time.sleep(0.06)
+        c.close()
+
     # ---- models, health, metrics ----
     def test_models_list(self):
         s, h, b = self.gw.request("GET", "/v1/models")
