@@ -2,7 +2,8 @@
 # The data path's overhead (issue 2): wrk against a canned chat completion served by nginx,
 #   (1) direct to nginx, (2) through HAProxy (http mode, round robin, keep-alive to nginx),
 #   (3) through sluice (full request parsing with simdjson, pick, upstream keep-alive pool,
-#       model rewrite not needed, access log written to a file).
+#       model rewrite not needed; no access log, like the HAProxy config, which has no log target:
+#       SLUICE_ACCESS_LOG=path writes it).
 # Two runs per target: a latency run at a moderate, closed-loop load (LAT_CONNS connections) that
 # reports p50/p99, and a throughput run (TPUT_CONNS connections) that reports requests/s.
 # Goal: sluice adds <= 50 us at p50 and <= 250 us at p99 over direct in the latency run, and
@@ -113,7 +114,7 @@ models:
   - name: $model
     pool: chat
 CONF
-nice -n "$bench_nice" "$sluice" serve -c "$tmp/sluice.yaml" --access-log "$tmp/access.log" --log-level warn &
+nice -n "$bench_nice" "$sluice" serve -c "$tmp/sluice.yaml" --access-log "${SLUICE_ACCESS_LOG:-off}" --log-level warn &
 pids+=($!)
 
 wait_port "$nginx_port"; wait_port "$haproxy_port"; wait_port "$sluice_port"
@@ -152,7 +153,7 @@ done
 echo "sluice data-path overhead: wrk, POST /v1/chat/completions, canned completion from nginx"
 echo "$(nproc) cores; ${duration}s per run; latency run: $lat_conns connections; throughput run: $tput_conns connections"
 echo "sluice workers: $sluice_workers, haproxy threads: $haproxy_threads, nginx workers: 1, wrk threads: 1, nice $bench_nice"
-echo "load average before: $load_before"
+echo "load average before: $load_before; sluice access log: ${SLUICE_ACCESS_LOG:-off}"
 echo
 printf "%-8s %12s %10s %10s %14s %7s\n" target "lat-run rps" "p50 us" "p99 us" "tput-run rps" errors
 for name in direct haproxy sluice; do
