@@ -11,6 +11,7 @@
 #include "gateway/dashboard_assets.h"
 #include "gateway/gateway.h"
 #include "gateway/http_util.h"
+#include "gateway/pick_request.h"
 
 namespace sluice {
 
@@ -47,6 +48,33 @@ asio::awaitable<void> AdminListener::accept_loop() {
   }
 }
 
+// POST /debug/pick with an OpenAI request body (chat messages, or a prompt / input): how the pool's
+// policy ranks its endpoints for it, with every score term, without dispatching anything.
+std::string AdminListener::explain_pick(bool is_post, std::string_view body, bool keep_alive) {
+  if (!is_post)
+    return error_response(api_error(405, "Use POST with a request body.", "invalid_request_error", {}, "method_not_allowed"),
+                          keep_alive, {{"Allow", "POST"}});
+  ApiKind kind = ApiKind::chat;
+  auto parsed = parse_request(kind, body);
+  if (!parsed.ok()) {
+    kind = body.find("\"input\"") != std::string_view::npos ? ApiKind::embedding : ApiKind::completion;
+    auto other = parse_request(kind, body);
+    if (other.ok()) parsed = std::move(other);
+  }
+  if (!parsed.ok()) return error_response(parsed.error, keep_alive);
+  const RequestModel& model = *parsed.request;
+  const auto config = gateway_.config_ptr();
+  const ModelRoute* route = config->find_model(model.model);
+  if (!route)
+    return error_response(api_error(404, fmt::format("The model `{}` does not exist.", model.model),
+                                    "invalid_request_error", "model", "model_not_found"), keep_alive);
+  PoolRouter* router = gateway_.router(route->pool);
+  if (!router)
+    return error_response(api_error(503, "The model's pool has no router.", "server_error", {}, {}), keep_alive);
+  return simple_response(200, "application/json",
+                         router->explain_json(make_pick_request(kind, *route, model), gateway_.now()), keep_alive);
+}
+
 asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
   boost::beast::flat_buffer buffer;
   for (;;) {
@@ -60,7 +88,9 @@ asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
     std::string_view path = req.target();
     if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
     std::string out;
-    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    if (path == "/debug/pick") {
+      out = explain_pick(req.method() == http::verb::post, req.body(), keep_alive);
+    } else if (req.method() != http::verb::get && req.method() != http::verb::head) {
       out = error_response(api_error(405, "Use GET.", "invalid_request_error", {}, "method_not_allowed"), keep_alive,
                            {{"Allow", "GET"}});
     } else if (path == "/metrics") {

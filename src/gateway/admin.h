@@ -3,6 +3,8 @@
 // path so scrapes and probes never queue behind client traffic limits. Connections are
 // keep-alive, requests tiny; it runs on worker 0's io_context.
 #pragma once
+#include <string>
+#include <string_view>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -21,6 +23,7 @@ class AdminListener {
  private:
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> serve(boost::asio::ip::tcp::socket socket);
+  std::string explain_pick(bool is_post, std::string_view body, bool keep_alive);
   Gateway& gateway_;
   boost::asio::ip::tcp::acceptor acceptor_;
 };

@@ -1,4 +1,5 @@
 #include "gateway/proxy.h"
+#include "gateway/pick_request.h"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -23,7 +24,6 @@ namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxBufferedBody = 64u << 20;    // a non-streaming response larger than this is a 502
 constexpr size_t kRelayChunk = 16u << 10;
-constexpr int64_t kDefaultOutputBound = 256;      // decode accounting when the request sets no bound
 constexpr int kClientClosedStatus = 499;          // nginx's convention, for logs and metrics
 
 bool iequals(std::string_view a, std::string_view b) { return boost::beast::iequals(a, b); }
@@ -164,13 +164,7 @@ asio::awaitable<bool> RequestLife::run() {
   itl_ = gw_.pool_series(route_->pool)->itl;
 
   // ---- pick: every healthy endpoint, best first ----
-  pick_.kind = kind_;
-  pick_.model = route_->adapter_of.empty() ? std::string_view(route_->target) : std::string_view(route_->adapter_of);
-  pick_.adapter = route_->adapter_of.empty() ? std::string_view() : std::string_view(route_->name);
-  pick_.text = model_->rendered;
-  pick_.cache_salt = model_->cache_salt;
-  pick_.input_tokens = estimate_tokens(model_->rendered);
-  pick_.max_output_tokens = kind_ == ApiKind::embedding ? 0 : model_->max_output_tokens.value_or(kDefaultOutputBound);
+  pick_ = make_pick_request(kind_, *route_, *model_);
   health_ = gw_.health(route_->pool);
   if (health_) {
     health_->refresh(gw_.now());
