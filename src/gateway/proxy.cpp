@@ -97,6 +97,7 @@ class RequestLife {
   PoolHealth* health_ = nullptr;
   size_t pool_index_ = 0;
   PickRequest pick_;
+  int64_t predicted_cached_ = 0;  // the chosen candidate's predicted cached prompt tokens
   DispatchGuard guard_;
   std::unique_ptr<AdmissionTicket> ticket_;
   bool strip_usage_ = false;  // include_usage was injected: drop the usage-only chunk
@@ -222,6 +223,7 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
     const auto& cand = candidates[i];
     rec_.attempts = static_cast<int>(i) + 1;
     rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
+    predicted_cached_ = cand.predicted_cached_tokens;
     guard_ = router_->dispatch(pick_, cand, gw_.now());
     if (ticket_) ticket_->on_dispatched();
     bool retry = false;
@@ -382,7 +384,9 @@ std::string RequestLife::response_head_from_upstream(bool chunked, size_t conten
   head.append("x-request-id: ").append(rec_.id).append("\r\n");
   if (const HeaderList* extra = ticket_ ? ticket_->response_headers() : nullptr)
     for (const auto& [k, v] : *extra) head.append(k).append(": ").append(v).append("\r\n");
-  if (gw_.config().expose_routing_headers) head += fmt::format("x-sluice-endpoint: {}\r\n", rec_.endpoint);
+  if (gw_.config().expose_routing_headers)
+    head += fmt::format("x-sluice-endpoint: {}\r\nx-sluice-predicted-cached-tokens: {}\r\n", rec_.endpoint,
+                        predicted_cached_);
   if (chunked) head += "Transfer-Encoding: chunked\r\n";
   else fmt::format_to(std::back_inserter(head), "Content-Length: {}\r\n", content_length);
   if (!keep_alive_) head += "Connection: close\r\n";

@@ -2,6 +2,8 @@
 pool's ranked candidates with their score terms, dispatching nothing; after the same prompt is
 served, the endpoint that served it ranks first with predicted cached tokens. Loopback, bounded."""
 import argparse
+import http.client
+import time
 import json
 import sys
 import tempfile
@@ -46,6 +48,50 @@ class DebugPick(unittest.TestCase):
             status, raw = fleet.http_req(admin, "POST", "/debug/pick", json.dumps({"model": "nope", "prompt": "x"}))
             self.assertEqual(status, 404)
             self.assertEqual(fleet.http_req(admin, "GET", "/debug/pick")[0], 405)
+        finally:
+            if gw:
+                gw.stop()
+            sim.stop()
+            tmp.cleanup()
+
+
+class RoutingHeaders(unittest.TestCase):
+    def test_endpoint_and_predicted_cached_tokens_headers(self):
+        sim, ports = fleet.start_sim(SLUICE, replicas=2)
+        tmp = tempfile.TemporaryDirectory()
+        gw = None
+        try:
+            listen, admin = fleet.free_port(), fleet.free_port()
+            cfg = f"{tmp.name}/routing.yaml"
+            with open(cfg, "w") as f:
+                f.write(f"""listen: 127.0.0.1:{listen}
+admin: 127.0.0.1:{admin}
+expose_routing_headers: true
+pools: [{{name: chat, endpoints: ["127.0.0.1:{ports[0]}", "127.0.0.1:{ports[1]}"]}}]
+models: [{{name: {fleet.MODEL}, pool: chat}}]
+""")
+            gw = fleet.Proc([SLUICE, "serve", "-c", cfg, "--access-log", "off"], "serve")
+            body = json.dumps({"model": fleet.MODEL, "max_tokens": 2, "prompt": "a shared document " * 60})
+            seen = []
+            for _ in range(50):
+                try:
+                    c = http.client.HTTPConnection("127.0.0.1", listen, timeout=10)
+                    c.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+                    r = c.getresponse()
+                    r.read()
+                    seen.append((r.status, r.getheader("x-sluice-endpoint"), r.getheader("x-sluice-predicted-cached-tokens")))
+                    c.close()
+                    if len(seen) == 2:
+                        break
+                except OSError:
+                    time.sleep(0.2)
+            self.assertEqual(len(seen), 2, seen)
+            (s1, ep1, cached1), (s2, ep2, cached2) = seen
+            self.assertEqual((s1, s2), (200, 200))
+            self.assertIn(ep1, (f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"))
+            self.assertEqual(int(cached1), 0)
+            self.assertEqual(ep2, ep1)          # the second identical prompt follows its cache
+            self.assertGreater(int(cached2), 0)
         finally:
             if gw:
                 gw.stop()
