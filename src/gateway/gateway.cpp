@@ -18,7 +18,9 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
                            duration_buckets())),
       ttft(r.histogram("sluice_ttft_seconds", "Gateway-measured time to first token.", {"pool"}, ttft_buckets())),
       itl(r.histogram("sluice_itl_seconds", "Gateway-measured gap between streamed token events.", {"pool"},
-                      itl_buckets())) {}
+                      itl_buckets())),
+      pick(r.histogram("sluice_pick_duration_seconds", "Picker decision time (ranking every endpoint).", {"pool"},
+                       pick_buckets())) {}
 
 Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& options)
     : config_(std::move(config)),
@@ -34,7 +36,7 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
   models_json_ = models_list_json(*config_, created);
   for (const auto& pool : config_->pools)
     pool_series_.emplace(pool.name, PoolSeries{&metrics_.duration.with({pool.name}), &metrics_.ttft.with({pool.name}),
-                                               &metrics_.itl.with({pool.name})});
+                                               &metrics_.itl.with({pool.name}), &metrics_.pick.with({pool.name})});
   for (const auto& m : config_->models) ok_requests_.emplace(m.name, &metrics_.requests.with({m.pool, m.name, "200", "ok"}));
 
   // Endpoint series whose values live in the routers.

@@ -65,6 +65,7 @@ struct GatewayMetrics {
   HistogramFamily& duration;     // pool
   HistogramFamily& ttft;         // pool
   HistogramFamily& itl;          // pool
+  HistogramFamily& pick;         // pool
 };
 
 struct GatewayOptions {
@@ -115,6 +116,7 @@ class Gateway {
     Histogram* duration;
     Histogram* ttft;
     Histogram* itl;
+    Histogram* pick;  // picker decision time
   };
   std::map<std::string, PoolSeries, std::less<>> pool_series_;
   std::map<std::string, Counter*, std::less<>> ok_requests_;  // model -> {status 200, outcome ok}

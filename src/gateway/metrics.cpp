@@ -147,6 +147,11 @@ const std::vector<double>& ttft_buckets() {
   return b;
 }
 
+const std::vector<double>& pick_buckets() {
+  static const std::vector<double> b{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2};
+  return b;
+}
+
 const std::vector<double>& itl_buckets() {
   static const std::vector<double> b{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                                      1, 2.5, 5, 7.5, 10, 20, 40, 80};

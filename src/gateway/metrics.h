@@ -95,5 +95,6 @@ class MetricsRegistry {
 const std::vector<double>& duration_buckets();
 const std::vector<double>& ttft_buckets();  // the engines' TTFT buckets (model-server-contract.md)
 const std::vector<double>& itl_buckets();
+const std::vector<double>& pick_buckets();  // picker decision time: 1 us .. 10 ms
 
 }  // namespace sluice

@@ -171,7 +171,9 @@ asio::awaitable<bool> RequestLife::run() {
     health_->refresh(gw_.now());
     health_->on_request(gw_.now());
   }
+  const auto pick_started = SteadyClock::now();
   auto candidates = router_->rank(pick_, gw_.now());
+  gw_.pool_series(route_->pool)->pick->observe(std::chrono::duration<double>(SteadyClock::now() - pick_started).count());
   if (candidates.empty()) {
     // Our own Retry-After is jittered, so clients told to come back do not return all at once.
     thread_local AdmissionRng rng{std::random_device{}()};

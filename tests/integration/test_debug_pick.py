@@ -35,6 +35,9 @@ class DebugPick(unittest.TestCase):
             # Serve it once: the index learns where it went.
             status, raw = fleet.http_req(listen, "POST", "/v1/chat/completions", body, timeout=30)
             self.assertEqual(status, 200, raw)
+            # The decision was timed: one observation in the picker's latency histogram.
+            status, metrics = fleet.http_req(admin, "GET", "/metrics")
+            self.assertIn(b'sluice_pick_duration_seconds_count{pool="chat"} 1\n', metrics)
             status, raw = fleet.http_req(admin, "POST", "/debug/pick", body)
             after = json.loads(raw)
             first = after["candidates"][0]
