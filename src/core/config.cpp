@@ -46,6 +46,7 @@ void check_keys(const YAML::Node& node, const std::string& path, std::initialize
   if (!node.IsMap()) fail(path, "expected a mapping");
   std::set<std::string> ok(allowed.begin(), allowed.end());
   for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) fail(path, "keys must be plain strings");
     auto key = kv.first.as<std::string>();
     if (!ok.count(key)) {
       std::string list;
@@ -225,7 +226,22 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
 
 }  // namespace
 
+namespace {
+std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text);
+}  // namespace
+
 std::shared_ptr<const Config> parse_config(const std::string& yaml_text) {
+  // yaml-cpp throws its own exceptions for shapes the checks above do not anticipate (tags, odd
+  // node kinds); they become ConfigErrors too, never an escape (a fuzzer find).
+  try {
+    return parse_config_tree(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("invalid config at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+namespace {
+std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -307,6 +323,7 @@ std::shared_ptr<const Config> parse_config(const std::string& yaml_text) {
   cfg->admission = std::make_shared<const AdmissionSpec>(std::move(admission.spec));
   return cfg;
 }
+}  // namespace
 
 std::shared_ptr<const Config> load_config_file(const std::string& path) {
   std::ifstream in(path);

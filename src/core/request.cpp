@@ -182,6 +182,55 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
   return simdjson::SUCCESS;
 }
 
+// Consumes a value we do not use, validating it all the way down: the on-demand iterator would
+// otherwise step over a malformed member (e.g. `"x": :::`) without looking at it (a fuzzer find).
+simdjson::error_code consume_value(od::value v) {
+  od::json_type t;
+  if (auto err = v.type().get(t)) return err;
+  switch (t) {
+    case od::json_type::object: {
+      od::object obj;
+      if (auto err = v.get_object().get(obj)) return err;
+      for (auto f : obj) {
+        std::string_view k;
+        od::value fv;
+        if (auto err = f.unescaped_key().get(k)) return err;
+        if (auto err = f.value().get(fv)) return err;
+        if (auto err = consume_value(fv)) return err;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::array: {
+      od::array arr;
+      if (auto err = v.get_array().get(arr)) return err;
+      for (auto el : arr) {
+        od::value ev;
+        if (auto err = el.get(ev)) return err;
+        if (auto err = consume_value(ev)) return err;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::string: {
+      std::string_view s;
+      return v.get_string().get(s);
+    }
+    case od::json_type::number: {
+      double d;
+      return v.get_double().get(d);
+    }
+    case od::json_type::boolean: {
+      bool b;
+      return v.get_bool().get(b);
+    }
+    case od::json_type::null: {
+      bool is_null = false;  // get() only: simdjson's implicit conversions throw
+      if (auto err = v.is_null().get(is_null)) return err;
+      return is_null ? simdjson::SUCCESS : simdjson::INCORRECT_TYPE;
+    }
+  }
+  return simdjson::INCORRECT_TYPE;
+}
+
 std::optional<int64_t> max_of(std::optional<int64_t> a, int64_t b) {
   return a ? std::max(*a, b) : b;
 }
@@ -263,6 +312,8 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
         if (k == "include_usage") {
           if (sv.get_bool().get(req.include_usage))
             return fail("'stream_options.include_usage' must be a boolean.", "stream_options.include_usage");
+        } else if (consume_value(sv)) {
+          return fail("'stream_options' is malformed.", param);
         }
       }
     } else if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens") {
@@ -307,8 +358,9 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       std::string_view s;
       if (v.get_string().get(s)) return fail("'cache_salt' must be a string.", param);
       req.cache_salt.assign(s);
+    } else if (consume_value(v)) {
+      return fail(fmt::format("We could not parse the JSON body of your request (the value of '{}' is malformed).", key));
     }
-    // Unknown members are skipped by the iterator (stage 1 has already validated the structure).
   }
 
   if (!have_model || req.model.empty()) return fail("You must provide a model parameter.", "model");

@@ -83,3 +83,18 @@ TEST(Config, DefaultYamlIsValid) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Regression (config_fuzz): a tagged / non-scalar key made yaml-cpp throw its own exception out of
+// parse_config; every malformed shape is a ConfigError.
+TEST(Config, OddYamlShapesAreConfigErrors) {
+  for (const char* text : {"pools: [{name: p,!endpoints: [\"127)0.0.1:1\"]}]\nmodels: [{naml: p}, {nam:ad eenpias_of: m}]\n",
+                           "? [a, b]\n: 1\n", "pools: [{? {x: 1} : 2}]\nmodels: []\n"}) {
+    EXPECT_THROW(parse_config(text), ConfigError) << text;
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -137,3 +137,26 @@ TEST(TokenEstimate, FourCharsPerToken) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Regression (request_fuzz): a malformed value under an unknown key was skipped unread and the
+// body accepted; every member is now validated.
+TEST(RequestParse, MalformedUnknownMemberIsRefused) {
+  std::string body = "{\"model\":\"m\",\"prompt\":[\"JJJa\",\"?m`$e?b\"],\"max_comple?m`$elokens\":::::::::::::::\x19:::::::3odel\",\"prompt\":[\"a\",\"b\"],\"max_compltion_t}";
+  auto r = parse_request(ApiKind::completion, body);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error.status, 400);
+  for (const char* bad : {R"({"model":"m","prompt":"x","extra":[1,:]})", R"({"model":"m","prompt":"x","extra":{"a":tru}})",
+                          R"({"model":"m","prompt":"x","stream_options":{"other":[}})"}) {
+    EXPECT_FALSE(parse_request(ApiKind::completion, bad).ok()) << bad;
+  }
+  EXPECT_TRUE(parse_request(ApiKind::completion, R"({"model":"m","prompt":"x","extra":{"a":[1,{"b":null}],"c":true}})").ok());
+  // Regression (request_fuzz): a broken literal starting like null made simdjson throw.
+  EXPECT_FALSE(parse_request(ApiKind::completion, R"({"model":"m","prompt":"x","max_tokes":n1"})").ok());
+  EXPECT_FALSE(parse_request(ApiKind::completion, R"({"model":"m","prompt":"x","extra":[nul]})").ok());
+}
+
+}  // namespace
+}  // namespace sluice
