@@ -123,7 +123,7 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
 
 PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
   check_keys(n, path, {"name", "kind", "policy", "policy_params", "engine", "endpoints", "upstream", "scrape",
-                       "max_in_flight_per_endpoint", "health", "outlier", "retry"});
+                       "max_in_flight_per_endpoint", "saturation", "health", "outlier", "retry"});
   PoolConfig p;
   if (!n["name"]) fail(path + ".name", "is required");
   p.name = get<std::string>(n["name"], path + ".name", "a string");
@@ -218,6 +218,16 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
         fail(rp + ".budget_min_per_second", "must be between 0 and 1000000");
     }
     if (r["max_retry_after_ms"]) p.retry.max_retry_after = get_ms(r["max_retry_after_ms"], rp + ".max_retry_after_ms", 0, 60000);
+  }
+  if (const auto& s = n["saturation"]) {
+    const auto sp = path + ".saturation";
+    check_keys(s, sp, {"max_waiting", "max_kv_usage"});
+    if (s["max_waiting"]) p.saturation_max_waiting = static_cast<double>(get_int(s["max_waiting"], sp + ".max_waiting", 1, 1000000));
+    if (s["max_kv_usage"]) {
+      p.saturation_max_kv_usage = get<double>(s["max_kv_usage"], sp + ".max_kv_usage", "a number");
+      if (!(p.saturation_max_kv_usage > 0 && p.saturation_max_kv_usage <= 1))
+        fail(sp + ".max_kv_usage", "must be in (0, 1]");
+    }
   }
   if (n["max_in_flight_per_endpoint"])
     p.max_in_flight_per_endpoint = get_int(n["max_in_flight_per_endpoint"], path + ".max_in_flight_per_endpoint", 1, 1000000);

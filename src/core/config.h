@@ -84,6 +84,11 @@ struct PoolConfig {
   UpstreamLimits upstream;
   ScrapeConfig scrape;
   int max_in_flight_per_endpoint = 256;    // hard cap: beyond it requests wait in the gateway
+  // Engine-signal saturation (fresh scrapes only): an endpoint whose engine queue or KV usage is at
+  // these limits takes no more requests; when every endpoint is saturated, requests wait in the
+  // gateway's queue (and sheddable ones are refused) instead of piling onto the engines.
+  double saturation_max_waiting = 16;
+  double saturation_max_kv_usage = 0.95;
   HealthCheckConfig health;
   OutlierConfig outlier;                   // passive ejection (`outlier:`)
   RetryConfig retry;

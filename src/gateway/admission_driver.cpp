@@ -196,7 +196,7 @@ bool Driver::has_room_locked() const {
     for (const auto& [prio, n] : ps.queued) any |= n > 0;
     if (!any || ps.popped > 0) continue;
     PoolRouter* r = gw_.router(name);
-    if (r && !r->at_capacity()) return true;
+    if (r && !r->saturated(gw_.now())) return true;
   }
   return false;
 }
@@ -290,7 +290,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   const bool embedding = in.request.kind == ApiKind::embedding;
   const int64_t input = estimate_tokens(in.request.rendered);
   PoolRouter* router = gw_.router(in.route.pool);
-  const bool saturated = router != nullptr && router->at_capacity();
+  const bool saturated = router != nullptr && router->saturated(gw_.now());
   AdmissionRequest areq{in.route.name, input, embedding ? std::optional<int64_t>(0) : in.request.max_output_tokens,
                         priority, in.request.rendered.size(), 0};
   // Register before admitting: a dispatcher on another thread may pop the cookie at once.

@@ -98,3 +98,20 @@ TEST(Config, OddYamlShapesAreConfigErrors) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(Config, SaturationLimits) {
+  const std::string models = "models: [{name: m, pool: p}]\n";
+  auto cfg = parse_config("pools: [{name: p, endpoints: ['127.0.0.1:1'], saturation: {max_waiting: 8, max_kv_usage: 0.9}}]\n" + models);
+  EXPECT_EQ(cfg->pools[0].saturation_max_waiting, 8);
+  EXPECT_DOUBLE_EQ(cfg->pools[0].saturation_max_kv_usage, 0.9);
+  expect_error("pools: [{name: p, endpoints: ['127.0.0.1:1'], saturation: {max_kv_usage: 1.5}}]\n" + models,
+               "pools[0].saturation.max_kv_usage: must be in (0, 1]");
+  expect_error("pools: [{name: p, endpoints: ['127.0.0.1:1'], saturation: {waiting: 3}}]\n" + models,
+               "pools[0].saturation.waiting: unknown key");
+}
+
+}  // namespace
+}  // namespace sluice

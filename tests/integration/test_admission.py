@@ -208,9 +208,15 @@ class BudgetsAndAuth(unittest.TestCase):
         lines = self.stream_lines()
         self.assertEqual(lines[-1], "data: [DONE]")
         self.assertFalse([l for l in lines if '"usage":{' in l], lines)  # the client did not ask for usage
-        m1 = get(self.admin, "/metrics")[1]
-        charged = (metric(m1, "sluice_tenant_tokens_total", tenant="roomy", direction="output") or 0) - \
-                  (metric(m0, "sluice_tenant_tokens_total", tenant="roomy", direction="output") or 0)
+        # Settlement runs on the gateway's completion path, just after the last byte reached us.
+        deadline = time.time() + 3
+        while True:
+            m1 = get(self.admin, "/metrics")[1]
+            charged = (metric(m1, "sluice_tenant_tokens_total", tenant="roomy", direction="output") or 0) - \
+                      (metric(m0, "sluice_tenant_tokens_total", tenant="roomy", direction="output") or 0)
+            if charged == 6 or time.time() > deadline:
+                break
+            time.sleep(0.05)
         self.assertEqual(charged, 6)  # settled with the engine's usage, not the reserved bound
         lines = self.stream_lines(stream_options={"include_usage": True})
         usage = [json.loads(l[6:]) for l in lines if '"choices":[]' in l]

@@ -146,6 +146,17 @@ bool PoolRouter::healthy(size_t endpoint) const {
   return endpoints_.at(endpoint).healthy;
 }
 
+bool PoolRouter::saturated(Time now) const {
+  std::lock_guard lock(mu_);
+  for (const auto& ep : endpoints_) {
+    if (!ep.healthy || ep.load.in_flight >= config_.max_in_flight_per_endpoint) continue;
+    if (is_stale(ep, now)) return false;  // unknown load: trust the hard cap only
+    if (ep.signals.waiting < config_.saturation_max_waiting && ep.signals.kv_usage < config_.saturation_max_kv_usage)
+      return false;
+  }
+  return true;
+}
+
 bool PoolRouter::at_capacity() const {
   std::lock_guard lock(mu_);
   for (const auto& ep : endpoints_)

@@ -78,6 +78,11 @@ class PoolRouter {
 
   // True when every healthy endpoint is at the pool's hard in-flight cap.
   bool at_capacity() const;
+  // True when every healthy endpoint is at the hard cap or, by fresh engine signals, at the pool's
+  // saturation limits (engine waiting >= saturation_max_waiting or KV usage >=
+  // saturation_max_kv_usage). Stale signals never saturate an endpoint by themselves. The
+  // admission layer queues and sheds on this.
+  bool saturated(Time now) const;
   std::vector<EndpointSnapshot> snapshot(Time now) const;
 
   // Explains the ranking of `req` (without dispatching): the policy, and per healthy endpoint in
