@@ -52,8 +52,10 @@ class Proc:
                 self.p.wait(timeout=10)
 
 
-def start_sim(sluice, replicas=3):
-    sim = Proc([sluice, "sim", "--replicas", str(replicas), "--base-port", "0", "--seed", "7"], "sim")
+def start_sim(sluice, replicas=3, *args):
+    """`sluice sim` with `replicas` replicas on ephemeral ports (extra flags in `args`); returns
+    (proc, ports) once every replica reported its port."""
+    sim = Proc([sluice, "sim", "--replicas", str(replicas), "--base-port", "0", "--seed", "7", *args], "sim")
     ports = []
     deadline = time.time() + 30
     while len(ports) < replicas and time.time() < deadline:

@@ -22,7 +22,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_fleet import Proc, free_port  # noqa: E402
+from sluice_fleet import Proc, free_port, start_sim as fleet_start_sim  # noqa: E402
 
 SLUICE = None
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -33,20 +33,7 @@ def sha(key):
 
 
 def start_sim(replicas, *args):
-    sim = Proc([SLUICE, "sim", "--replicas", str(replicas), "--base-port", "0", "--seed", "7", *args], "sim")
-    ports = []
-    deadline = time.time() + 30
-    while len(ports) < replicas and time.time() < deadline:
-        line = sim.p.stdout.readline()
-        if not line:
-            break
-        if "listening on" in line:
-            ports.append(int(line.rsplit(":", 1)[1]))
-    if len(ports) < replicas:
-        sim.stop()
-        raise RuntimeError("sluice sim did not report its ports: " + "".join(sim.err[-10:]))
-    threading.Thread(target=lambda: [None for _ in sim.p.stdout], daemon=True).start()
-    return sim, ports
+    return fleet_start_sim(SLUICE, replicas, *args)
 
 
 def start_gateway(tmpdir, sim_ports, tenants_yaml, admission_yaml="", max_in_flight=256, workers=2):
