@@ -17,7 +17,8 @@
  *
  * Dispatcher: runs after every admit, after every dispatch/finish of an admitted request, and on
  * every waiter's poll tick. It pops while some pool with queued requests has room: the pool is
- * not at its hard in-flight cap (PoolRouter::at_capacity) and has no popped-but-not-yet-placed
+ * not saturated (PoolRouter::saturated: hard in-flight cap, or fresh engine queue / KV signals at
+ * the pool's saturation limits) and has no popped-but-not-yet-placed
  * request (so two pops cannot both see the same free slot). The endpoint is picked by the woken
  * request (late binding).
  *
