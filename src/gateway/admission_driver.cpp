@@ -48,6 +48,8 @@ struct Waiter {
   asio::steady_timer* timer = nullptr; // touched only on the waiter's executor
   asio::any_io_executor executor;
   std::string pool;
+  TenantId tenant = 0;
+  double weight = 1.0;
   int priority = 0;
   Duration waited{0};
   std::optional<Denial> denial;
@@ -106,7 +108,8 @@ class Driver : public std::enable_shared_from_this<Driver> {
       const std::string_view name = i < kTenantLabels ? std::string_view(ts[i].name) : std::string_view("other");
       token_series_.push_back({&tenant_tokens_.with({name, "input"}), &tenant_tokens_.with({name, "output"})});
     }
-    for (const auto& p : gw.config().pools) pools_[p.name];
+    for (const auto& p : gw.config().pools) pools_.emplace(p.name, PoolState{{}, 0, FairShare(cfg.fair_share)});
+    fair_share_ = cfg.fair_share;
   }
 
   void register_metrics() {
@@ -115,7 +118,7 @@ class Driver : public std::enable_shared_from_this<Driver> {
 
   asio::awaitable<AdmitResult> admit(const AdmitRequest& in);
   void placed(Waiter& w);   // the woken request holds its endpoint now (or gave up)
-  void finished() { dispatch(); }
+  void finished(Waiter& w);  // the admitted request ended (whatever way)
   void charge(size_t label, int64_t in, int64_t out) {
     if (label >= token_series_.size()) return;
     if (in > 0) token_series_[label].input->inc(static_cast<double>(in));
@@ -128,6 +131,7 @@ class Driver : public std::enable_shared_from_this<Driver> {
   struct PoolState {
     std::map<int, int64_t> queued;  // priority -> waiting requests
     int64_t popped = 0;             // popped, not yet placed
+    FairShare share;                // tenants' shares of the pool's slots
   };
   struct TenantSeries {
     Counter* input;
@@ -145,7 +149,12 @@ class Driver : public std::enable_shared_from_this<Driver> {
   }
   void expire();
   void wake(std::vector<std::shared_ptr<Waiter>>& woken);
-  bool has_room_locked() const;
+  bool eligible_locked(TenantId tenant, uintptr_t cookie);
+  PoolState& pool_locked(const std::string& name) {
+    auto it = pools_.find(name);
+    if (it == pools_.end()) it = pools_.emplace(name, PoolState{{}, 0, FairShare(fair_share_)}).first;
+    return it->second;
+  }
   void render(std::string& out);
 
   Gateway& gw_;
@@ -158,6 +167,7 @@ class Driver : public std::enable_shared_from_this<Driver> {
   std::unordered_map<uintptr_t, std::shared_ptr<Waiter>> waiters_;  // queued, by cookie
   std::map<std::string, PoolState, std::less<>> pools_;
   uintptr_t next_cookie_ = 1;
+  FairShareConfig fair_share_;
   std::atomic<int64_t> last_poll_{0};
 };
 
@@ -186,19 +196,23 @@ void AdmitTicket::settle(int64_t prompt_tokens, int64_t completion_tokens) {
 AdmitTicket::~AdmitTicket() {
   settle(-1, -1);
   if (!started_) d_.placed(*w_);  // a popped request that never got placed frees its turn
-  d_.finished();
+  d_.finished(*w_);
 }
 
 // ---- the driver ------------------------------------------------------------------------------
-bool Driver::has_room_locked() const {
-  for (const auto& [name, ps] : pools_) {
-    bool any = false;
-    for (const auto& [prio, n] : ps.queued) any |= n > 0;
-    if (!any || ps.popped > 0) continue;
-    PoolRouter* r = gw_.router(name);
-    if (r && !r->saturated(gw_.now())) return true;
-  }
-  return false;
+// May the queued request `cookie` of `tenant` go now? Its pool has no popped-but-unplaced request,
+// is not saturated, and the tenant may take one of its free slots (fair_share.h).
+bool Driver::eligible_locked(TenantId tenant, uintptr_t cookie) {
+  auto it = waiters_.find(cookie);
+  if (it == waiters_.end()) return true;  // a stale entry: pop it so it leaves the queue
+  PoolState& ps = pool_locked(it->second->pool);
+  if (ps.popped > 0) return false;
+  PoolRouter* r = gw_.router(it->second->pool);
+  if (r == nullptr) return true;  // unknown pool: the proxy answers it
+  const Time now = gw_.now();
+  if (r->saturated(now)) return false;
+  const auto occ = r->occupancy();
+  return ps.share.may_dispatch(tenant, occ.capacity, occ.in_flight, now);
 }
 
 void Driver::wake(std::vector<std::shared_ptr<Waiter>>& woken) {
@@ -212,16 +226,18 @@ void Driver::dispatch() {
   std::vector<std::shared_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    while (has_room_locked()) {
-      auto d = admission_.pop_next(gw_.now());
+    const auto eligible = [this](TenantId t, uintptr_t cookie) { return eligible_locked(t, cookie); };
+    for (;;) {
+      auto d = admission_.pop_next(gw_.now(), eligible);
       if (!d) break;
       auto it = waiters_.find(d->cookie);
       if (it == waiters_.end()) continue;
       auto w = it->second;
       waiters_.erase(it);
-      auto& ps = pools_[w->pool];
+      auto& ps = pool_locked(w->pool);
       --ps.queued[w->priority];
       ++ps.popped;
+      ps.share.on_dispatched(w->tenant);
       w->state = Waiter::State::popped;
       w->waited = d->waited;
       woken.push_back(std::move(w));
@@ -239,7 +255,9 @@ void Driver::expire() {
       if (it == waiters_.end()) continue;
       auto w = it->second;
       waiters_.erase(it);
-      --pools_[w->pool].queued[w->priority];
+      auto& ps = pool_locked(w->pool);
+      --ps.queued[w->priority];
+      ps.share.on_left_queue(w->tenant);
       w->state = Waiter::State::expired;
       w->waited = x.waited;
       w->denial = std::move(x.denial);
@@ -254,7 +272,15 @@ void Driver::placed(Waiter& w) {
     std::lock_guard lock(mu_);
     if (w.state != Waiter::State::popped || w.placed) return;
     w.placed = true;
-    --pools_[w.pool].popped;
+    --pool_locked(w.pool).popped;
+  }
+  dispatch();
+}
+
+void Driver::finished(Waiter& w) {
+  {
+    std::lock_guard lock(mu_);
+    if (w.state == Waiter::State::popped) pool_locked(w.pool).share.on_finished(w.tenant);
   }
   dispatch();
 }
@@ -264,7 +290,9 @@ void Driver::forget(const std::shared_ptr<Waiter>& w, uintptr_t cookie) {
   auto it = waiters_.find(cookie);
   if (it == waiters_.end() || it->second != w) return;
   waiters_.erase(it);
-  --pools_[w->pool].queued[w->priority];
+  auto& ps = pool_locked(w->pool);
+  --ps.queued[w->priority];
+  ps.share.on_left_queue(w->tenant);
 }
 
 asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
@@ -285,6 +313,8 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   w->executor = executor;
   w->timer = &timer;
   w->pool = in.route.pool;
+  w->tenant = tenant.id;
+  w->weight = tenant.weight;
   w->priority = effective_priority(tenant.priority, priority);
 
   const bool embedding = in.request.kind == ApiKind::embedding;
@@ -299,7 +329,9 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
     std::lock_guard lock(mu_);
     cookie = next_cookie_++;
     waiters_[cookie] = w;
-    ++pools_[w->pool].queued[w->priority];
+    auto& ps = pool_locked(w->pool);
+    ++ps.queued[w->priority];
+    ps.share.on_queued(w->tenant, w->weight, gw_.now());
   }
   areq.cookie = cookie;
   AdmissionResult r = admission_.admit(tenant, areq, saturated, gw_.now(), thread_rng());

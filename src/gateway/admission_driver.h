@@ -16,15 +16,17 @@
  *      usage or a cut stream: charged the estimated input and the output delivered).
  *
  * Dispatcher: runs after every admit, after every dispatch/finish of an admitted request, and on
- * every waiter's poll tick. It pops while some pool with queued requests has room: the pool is
- * not saturated (PoolRouter::saturated: hard in-flight cap, or fresh engine queue / KV signals at
- * the pool's saturation limits) and has no popped-but-not-yet-placed
- * request (so two pops cannot both see the same free slot). The endpoint is picked by the woken
- * request (late binding).
+ * every waiter's poll tick. It pops (AdmissionQueue::pop_next with an eligibility filter) the
+ * highest-priority, smallest-VTC-counter request that may go now: its pool is not saturated
+ * (PoolRouter::saturated: hard in-flight cap, or fresh engine queue / KV signals at the pool's
+ * saturation limits), has no popped-but-not-yet-placed request (so two pops cannot both see the
+ * same free slot), and its tenant may take a free slot of that pool (FairShare, one per pool:
+ * below its weighted share always; above it only slots not kept for other recently active
+ * tenants' recent demand). The endpoint is picked by the woken request (late binding).
  *
  * One Admission per gateway (budgets are tenant-wide, across pools); the queue is shared by the
- * pools, so a popped request of a pool that filled up meanwhile still goes out (bounded overshoot:
- * one request per pool at a time).
+ * pools and the filter passes over entries whose pool has no room, so a full pool never blocks
+ * another pool's requests.
  *
  * Threading: requests run on several worker threads. Admission's parts guard their own state, but
  * the driver's state (waiters by cookie, per-pool queued/popped counts) must change atomically

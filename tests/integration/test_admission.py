@@ -419,16 +419,22 @@ class Saturation(unittest.TestCase):
 
 
 class NoisyNeighbour(unittest.TestCase):
-    def test_light_tenant_protected(self):
+    """Issue 5's acceptance: a noisy tenant sending ~10x the tokens of a light tenant at saturation leaves
+    the light tenant's TTFT p99 within 1.5x of its solo run, and the light tenant gets the throughput it
+    asks for (its demand is below its weight share). Run twice side by side: with the fair share of slots
+    (fair_share.h, the default) and without it (VTC queue order only), to show what the reserve buys."""
+
+    def scenario(self, fair_share):
         tmp = tempfile.TemporaryDirectory()
         sim, ports = start_sim(2, "--time-scale", "4")
         tenants = f"""  - name: light
     key_sha256: [{sha("key-light")}]
   - name: noisy
     key_sha256: [{sha("key-noisy")}]"""
+        admission = "" if fair_share else "admission: {fair_share: {enabled: false}}"
         gw = None
         try:
-            gw, port, admin = start_gateway(tmp.name, ports, tenants, max_in_flight=4)
+            gw, port, admin = start_gateway(tmp.name, ports, tenants, admission, max_in_flight=4)
             light_prompt, light_out = "short question " * 8, 32
 
             def light_run(seconds):
@@ -444,14 +450,12 @@ class NoisyNeighbour(unittest.TestCase):
             light_run(0.5)  # warm-up (connections, first scrape)
             solo, solo_tokens = light_run(4)
             stop = threading.Event()
-            noisy_tokens = [0]
             noisy_status = {}
 
             def noisy_loop():
                 while not stop.is_set():
-                    s, t, ev = stream_ttft(port, "key-noisy", "noisy prompt text " * 40, 128)
+                    s, _, _ = stream_ttft(port, "key-noisy", "noisy prompt text " * 40, 128)
                     noisy_status[s] = noisy_status.get(s, 0) + 1
-                    noisy_tokens[0] += ev
 
             threads = [threading.Thread(target=noisy_loop) for _ in range(24)]
             for t in threads:
@@ -468,31 +472,38 @@ class NoisyNeighbour(unittest.TestCase):
                 tok[tenant] = sum((metric(m1, "sluice_tenant_tokens_total", tenant=tenant, direction=d) or 0) -
                                   (metric(m0, "sluice_tenant_tokens_total", tenant=tenant, direction=d) or 0)
                                   for d in ("input", "output"))
-            total = sum(tok.values()) or 1
-            share = tok["light"] / total
-            ratio = p99(loaded) / p99(solo)
-            solo_rate, loaded_rate = solo_tokens / 4, loaded_tokens / 6
-            print(f"\n  noisy neighbour (2 sim replicas, time scale 4, max_in_flight 4/endpoint, 24 noisy streams):"
-                  f"\n    light TTFT p99 solo {p99(solo) * 1000:.1f} ms ({len(solo)} req), with noisy "
-                  f"{p99(loaded) * 1000:.1f} ms ({len(loaded)} req): ratio {ratio:.2f} (goal <= 1.5); "
-                  f"p50 solo {p50(solo) * 1000:.1f} ms, with noisy {p50(loaded) * 1000:.1f} ms"
-                  f"\n    tokens charged in the window: light {tok['light']:.0f}, noisy {tok['noisy']:.0f} "
-                  f"(noisy/light {tok['noisy'] / max(tok['light'], 1):.1f}x); light share {share:.3f}"
-                  f"\n    light output rate solo {solo_rate:.0f} tok/s, with noisy {loaded_rate:.0f} tok/s; "
-                  f"noisy statuses {noisy_status}")
-            self.assertGreater(len(loaded), 3)
-            # Loose sanity bounds (the 1.5x goal is printed above, not asserted: on a loaded 2-core box the
-            # solo p99 is itself noisy, and with a hard in-flight cap the light request waits for a slot,
-            # which lockstep-finishing noisy batches free in bursts). FIFO would put the light request
-            # behind ~16 queued noisy ones (~0.7 s); fair queuing lets it take the next free slot.
-            self.assertLess(p50(loaded), 0.4)
-            self.assertGreater(loaded_rate, 0.3 * solo_rate)
-            self.assertGreater(tok["noisy"], 3 * tok["light"])
+            return {"solo": solo, "loaded": loaded, "ratio": p99(loaded) / p99(solo), "tok": tok,
+                    "solo_rate": solo_tokens / 4, "loaded_rate": loaded_tokens / 6, "noisy_status": noisy_status}
         finally:
             if gw:
                 gw.stop()
             sim.stop()
             tmp.cleanup()
+
+    def test_light_tenant_protected(self):
+        runs = {"fair share on": self.scenario(True), "fair share off": self.scenario(False)}
+        print("\n  noisy neighbour (2 sim replicas, time scale 4, max_in_flight 4/endpoint, 24 noisy streams "
+              "vs one light client):")
+        for name, r in runs.items():
+            tok = r["tok"]
+            share = tok["light"] / (sum(tok.values()) or 1)
+            print(f"    {name}: light TTFT p99 solo {p99(r['solo']) * 1000:.1f} ms ({len(r['solo'])} req), with noisy "
+                  f"{p99(r['loaded']) * 1000:.1f} ms ({len(r['loaded'])} req): ratio {r['ratio']:.2f} (goal <= 1.5); "
+                  f"p50 {p50(r['solo']) * 1000:.1f} -> {p50(r['loaded']) * 1000:.1f} ms"
+                  f"\n      tokens charged: light {tok['light']:.0f}, noisy {tok['noisy']:.0f} "
+                  f"(noisy/light {tok['noisy'] / max(tok['light'], 1):.1f}x), light share {share:.3f} of tokens "
+                  f"(weight share 0.5; its demand is below it); light output {r['solo_rate']:.0f} tok/s solo, "
+                  f"{r['loaded_rate']:.0f} with noisy ({r['loaded_rate'] / max(r['solo_rate'], 1):.0%}); "
+                  f"noisy statuses {r['noisy_status']}")
+        on, off = runs["fair share on"], runs["fair share off"]
+        self.assertGreater(len(on["loaded"]), 10)
+        self.assertGreater(on["tok"]["noisy"], 5 * on["tok"]["light"])  # the noisy tenant really was ~10x
+        # The goal: within 1.5x of solo at p99, and the light tenant's demand met (below its weight share,
+        # so all of it is owed: >= 85% of its solo throughput, the rest being the client's own TTFT).
+        self.assertLessEqual(on["ratio"], 1.5)
+        self.assertGreater(on["loaded_rate"], 0.85 * on["solo_rate"])
+        # Without the reserve the light request waits for a noisy stream to end.
+        self.assertGreater(p50(off["loaded"]), p50(on["loaded"]))
 
 
 if __name__ == "__main__":

@@ -36,12 +36,14 @@
 #include "core/admission/budget.h"
 #include "core/admission/concurrency.h"
 #include "core/admission/counters.h"
+#include "core/admission/fair_share.h"
 #include "core/admission/tenants.h"
 
 namespace sluice {
 
 struct AdmissionConfig {
   QueueConfig queue;
+  FairShareConfig fair_share;  // per pool, applied by the dispatcher (fair_share.h)
   int64_t default_max_output_tokens = 4096;
   Duration concurrency_retry_base = std::chrono::seconds(1);
   JitterPolicy jitter;  // for rate-limit retry-after
@@ -110,6 +112,9 @@ class Admission {
                     AdmissionRng& rng);
 
   std::optional<Dispatch> pop_next(Time now) { return queue_.pop_next(now); }
+  std::optional<Dispatch> pop_next(Time now, const std::function<bool(TenantId, uintptr_t)>& eligible) {
+    return queue_.pop_next(now, eligible);
+  }
   std::vector<QueueExit> expire(Time now, AdmissionRng& rng) { return queue_.expire(now, rng); }
   std::optional<Time> next_deadline() const { return queue_.next_deadline(); }
 

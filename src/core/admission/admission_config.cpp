@@ -101,7 +101,7 @@ TenantSpec parse_tenant(const YAML::Node& n, const std::string& path) {
 
 void parse_admission(const YAML::Node& a, AdmissionSpec& spec) {
   check_keys(a, "admission", {"anonymous_tenant", "default_max_output_tokens", "concurrency_retry_after_ms",
-                              "queue", "vtc"});
+                              "queue", "vtc", "fair_share"});
   AdmissionConfig& c = spec.config;
   if (a["anonymous_tenant"])
     spec.tenants.anonymous_tenant = get<std::string>(a["anonymous_tenant"], "admission.anonymous_tenant", "a string");
@@ -128,6 +128,14 @@ void parse_admission(const YAML::Node& a, AdmissionSpec& spec) {
     if (q["retry_after_ms"])
       c.queue.retry_base =
           std::chrono::milliseconds(get_int(q["retry_after_ms"], "admission.queue.retry_after_ms", 1, 3'600'000));
+  }
+  if (const auto& f = a["fair_share"]) {
+    check_keys(f, "admission.fair_share", {"enabled", "active_window_ms", "spare_slots"});
+    if (f["enabled"]) c.fair_share.enabled = get<bool>(f["enabled"], "admission.fair_share.enabled", "true or false");
+    if (f["active_window_ms"])
+      c.fair_share.active_window =
+          std::chrono::milliseconds(get_int(f["active_window_ms"], "admission.fair_share.active_window_ms", 0, 3'600'000));
+    if (f["spare_slots"]) c.fair_share.spare = get_int(f["spare_slots"], "admission.fair_share.spare_slots", 0, 1'000'000);
   }
   if (const auto& v = a["vtc"]) {
     check_keys(v, "admission.vtc", {"w_in", "w_out"});

@@ -98,10 +98,17 @@ void AdmissionQueue::collect_expired(Time now) {
 }
 
 std::optional<Dispatch> AdmissionQueue::pop_next(Time now) {
+  return pop_next(now, {});
+}
+
+std::optional<Dispatch> AdmissionQueue::pop_next(Time now,
+                                                 const std::function<bool(TenantId, uintptr_t)>& eligible) {
   std::lock_guard lock(mu_);
   collect_expired(now);
   for (auto& [priority, band] : bands_) {
-    const std::optional<TenantId> tenant = band.vtc.next();
+    const std::optional<TenantId> tenant =
+        eligible ? band.vtc.next_if([&](TenantId t) { return eligible(t, band.tenants.at(t).front().cookie); })
+                 : band.vtc.next();
     if (!tenant) continue;
     auto& fifo = band.tenants.at(*tenant);
     // Charge before take(): if this empties the tenant's queue, the lift floor it leaves behind

@@ -16,7 +16,8 @@
  *   - remove(ticket) when a queued client disconnects: the entry leaves at once; the caller's
  *     Reservation (not held here) refunds the budget. `QueuePlacement` is the RAII form.
  *   - pop_next(now) is called by the dispatcher whenever the pool has room; the endpoint is
- *     picked by the caller after that (late binding).
+ *     picked by the caller after that (late binding). pop_next(now, eligible) lets the caller
+ *     pass over tenants that may not take a slot now (fair_share.h) without reordering anyone.
  * Defaults: max_requests 4096, max_bytes 64 MiB, TTL 30 s for every priority, retry-after base
  * 1 s with full-width jitter (spread 1.0: [1 s, 2 s]), VTC weights w_in 1, w_out 2.
  *
@@ -26,6 +27,7 @@
  */
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <mutex>
@@ -108,6 +110,10 @@ class AdmissionQueue {
   bool remove(Ticket ticket);
   // The next request to dispatch, or nullopt when nothing (unexpired) is queued.
   std::optional<Dispatch> pop_next(Time now);
+  // The same, passing over tenants whose oldest entry `eligible(tenant, cookie)` refuses (e.g. a
+  // tenant above its fair share of the pool, fair_share.h, or a pool without room): the
+  // highest band with an eligible tenant, its smallest-counter eligible tenant, that tenant's oldest.
+  std::optional<Dispatch> pop_next(Time now, const std::function<bool(TenantId, uintptr_t)>& eligible);
   // Removes every entry whose TTL has passed (including ones pop_next skipped) with its 503.
   std::vector<QueueExit> expire(Time now, AdmissionRng& rng);
   // The earliest deadline of a queued entry (for the driver's timer).

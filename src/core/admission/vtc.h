@@ -16,7 +16,7 @@
  * w_out * max tokens in one batch step).
  * Defaults: w_in = 1, w_out = 2, tenant weight 1 (weights come from TenantSpec::weight).
  *
- * Cost: next() O(1), backlog changes and charges to backlogged tenants O(log backlogged).
+ * Cost: next() O(1), next_if() O(backlogged) at worst, backlog changes and charges to backlogged tenants O(log backlogged).
  * Not thread-safe: the owner (AdmissionQueue) serialises access. Pure: no time at all.
  */
 #pragma once
@@ -46,6 +46,14 @@ class VirtualTokenCounter {
   bool is_backlogged(TenantId t) const { return t < backlogged_.size() && backlogged_[t]; }
   // The backlogged tenant with the smallest counter; nullopt when nobody is backlogged.
   std::optional<TenantId> next() const;
+  // The backlogged tenant with the smallest counter among those `eligible(t)` accepts (the
+  // others are passed over, keeping their place); nullopt when none is.
+  template <class Pred>
+  std::optional<TenantId> next_if(Pred&& eligible) const {
+    for (const auto& [counter, t] : order_)
+      if (eligible(t)) return t;
+    return std::nullopt;
+  }
 
   void charge_input(TenantId t, int64_t tokens, double weight = 1.0);
   void charge_output(TenantId t, int64_t tokens, double weight = 1.0);

@@ -164,6 +164,18 @@ bool PoolRouter::at_capacity() const {
   return true;
 }
 
+PoolRouter::Occupancy PoolRouter::occupancy() const {
+  std::lock_guard lock(mu_);
+  Occupancy o;
+  const int64_t cap = config_.max_in_flight_per_endpoint;
+  for (const auto& ep : endpoints_) {
+    if (!ep.healthy) continue;
+    o.capacity += cap;
+    o.in_flight += std::min<int64_t>(ep.load.in_flight, cap);
+  }
+  return o;
+}
+
 std::vector<EndpointSnapshot> PoolRouter::snapshot(Time now) const {
   std::lock_guard lock(mu_);
   std::vector<EndpointSnapshot> out;

@@ -78,6 +78,13 @@ class PoolRouter {
 
   // True when every healthy endpoint is at the pool's hard in-flight cap.
   bool at_capacity() const;
+  // The healthy endpoints' slots under the hard cap and how many are taken (an endpoint's
+  // in-flight count above the cap counts as the cap). For fair sharing (admission/fair_share.h).
+  struct Occupancy {
+    int64_t capacity = 0;
+    int64_t in_flight = 0;
+  };
+  Occupancy occupancy() const;
   // True when every healthy endpoint is at the hard cap or, by fresh engine signals, at the pool's
   // saturation limits (engine waiting >= saturation_max_waiting or KV usage >=
   // saturation_max_kv_usage). Stale signals never saturate an endpoint by themselves. The

@@ -26,6 +26,7 @@ admission:
   queue: {max_requests: 100, max_bytes: 1000000, ttl_ms: 20000, ttl_ms_by_priority: {"2": 60000, "-1": 5000},
           retry_after_ms: 2000}
   vtc: {w_in: 1, w_out: 4}
+  fair_share: {enabled: false, active_window_ms: 2500, spare_slots: 3}
 )";
   AdmissionSpecResult r = parse_admission_yaml(yaml);
   ASSERT_TRUE(r.ok()) << r.error;
@@ -45,6 +46,9 @@ admission:
   EXPECT_EQ(r.spec.config.queue.ttl_for(-1), std::chrono::seconds(5));
   EXPECT_EQ(r.spec.config.queue.ttl_for(0), std::chrono::seconds(20));
   EXPECT_DOUBLE_EQ(r.spec.config.queue.vtc.w_out, 4);
+  EXPECT_FALSE(r.spec.config.fair_share.enabled);
+  EXPECT_EQ(r.spec.config.fair_share.active_window, std::chrono::milliseconds(2500));
+  EXPECT_EQ(r.spec.config.fair_share.spare, 3);
   auto built = TenantRegistry::build(r.spec.tenants);
   ASSERT_TRUE(built.registry) << built.error;
   EXPECT_EQ(built.registry->authenticate("Bearer sk-acme").tenant->name, "acme");
@@ -69,6 +73,8 @@ TEST(AdmissionConfigYaml, ErrorsNameTheField) {
       {"admission: {queue: {ttl_ms: 0}}", "admission.queue.ttl_ms: must be between"},
       {"admission: {queue: {ttl_ms_by_priority: {high: 5}}}", "admission.queue.ttl_ms_by_priority.high: expected an integer"},
       {"admission: {vtc: {w_out: 0}}", "admission.vtc.w_out: must be a number > 0"},
+      {"admission: {fair_share: {spare_slots: -1}}", "admission.fair_share.spare_slots: must be between 0"},
+      {"admission: {fair_share: {enabled: maybe}}", "admission.fair_share.enabled: expected true or false"},
       {"admission: {bogus: 1}", "admission.bogus: unknown key"},
       {"tenants: [", "YAML syntax error"},
   };

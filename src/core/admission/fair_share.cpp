@@ -1,0 +1,87 @@
+#include "core/admission/fair_share.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sluice {
+
+FairShare::State& FairShare::at(TenantId t) {
+  if (t >= ts_.size()) ts_.resize(t + 1);
+  return ts_[t];
+}
+
+bool FairShare::active(const State& s, Time now) const {
+  return s.queued > 0 || s.in_flight > 0 || (s.seen && now - s.last_arrival <= c_.active_window);
+}
+
+int64_t FairShare::demand(const State& s, Time now) const {
+  const int64_t current = s.queued + s.in_flight;
+  const int64_t peak = now - s.peak_at <= c_.active_window ? std::max(s.peak, current) : current;
+  return std::max<int64_t>(peak, 1);
+}
+
+double FairShare::active_weight(Time now) const {
+  double w = 0;
+  for (const auto& s : ts_)
+    if (active(s, now)) w += s.weight;
+  return w;
+}
+
+void FairShare::on_queued(TenantId t, double weight, Time now) {
+  State& s = at(t);
+  s.weight = weight > 0 ? weight : 1.0;
+  s.queued += 1;
+  s.seen = true;
+  s.last_arrival = now;
+  const int64_t current = s.queued + s.in_flight;
+  if (now - s.peak_at > c_.active_window || current > s.peak) {
+    s.peak = now - s.peak_at > c_.active_window ? current : std::max(s.peak, current);
+    s.peak_at = now;
+  }
+}
+
+void FairShare::on_left_queue(TenantId t) {
+  State& s = at(t);
+  if (s.queued > 0) s.queued -= 1;
+}
+
+void FairShare::on_dispatched(TenantId t) {
+  State& s = at(t);
+  if (s.queued > 0) s.queued -= 1;
+  s.in_flight += 1;
+}
+
+void FairShare::on_finished(TenantId t) {
+  State& s = at(t);
+  if (s.in_flight > 0) s.in_flight -= 1;
+}
+
+double FairShare::share(TenantId t, int64_t capacity, Time now) const {
+  if (t >= ts_.size()) return static_cast<double>(capacity);
+  const State& self = ts_[t];
+  double total = active_weight(now);
+  if (!active(self, now)) total += self.weight;
+  return total > 0 ? static_cast<double>(capacity) * self.weight / total : static_cast<double>(capacity);
+}
+
+int64_t FairShare::reserved_for_others(TenantId t, int64_t capacity, Time now) const {
+  double total = active_weight(now);
+  if (t < ts_.size() && !active(ts_[t], now)) total += ts_[t].weight;
+  if (total <= 0) return 0;
+  int64_t reserved = 0;
+  for (TenantId o = 0; o < ts_.size(); ++o) {
+    const State& s = ts_[o];
+    if (o == t || !active(s, now)) continue;
+    const auto share = static_cast<int64_t>(std::floor(static_cast<double>(capacity) * s.weight / total));
+    reserved += std::max<int64_t>(0, std::min(share, demand(s, now) + c_.spare) - s.in_flight);
+  }
+  return reserved;
+}
+
+bool FairShare::may_dispatch(TenantId t, int64_t capacity, int64_t in_flight, Time now) const {
+  if (!c_.enabled) return true;
+  if (static_cast<double>(this->in_flight(t)) < share(t, capacity, now)) return true;
+  return capacity - in_flight - reserved_for_others(t, capacity, now) > 0;
+}
+
+}  // namespace sluice

@@ -1,0 +1,87 @@
+/*
+ * Fair share of a pool's in-flight slots between tenants, with headroom kept for quiet tenants.
+ *
+ * Why: the fair queue (VTC, admission_queue.h) orders requests that wait, but a light tenant whose
+ * requests arrive one at a time rarely waits behind anybody: it waits for a slot, and a noisy
+ * tenant with many long streams holds every slot for its whole decode. Its TTFT then becomes "time
+ * until some noisy stream ends" (tens to hundreds of ms) instead of a prefill. Ordering cannot fix
+ * that; only keeping a little capacity free for tenants below their share can (the same idea as
+ * Kubernetes API Priority and Fairness' seat reservation, here per tenant and demand-aware).
+ *
+ * Algorithm (one FairShare per pool; capacity C = healthy endpoints x max_in_flight_per_endpoint,
+ * taken from the PoolRouter at each decision):
+ *   - A tenant is active while it has requests queued or in flight for the pool, and for
+ *     `active_window` after its last arrival.
+ *   - share(t) = C * weight(t) / sum of the weights of the active tenants.
+ *   - demand(t) = the peak of (queued + in flight) seen in the last active_window (at least 1 for
+ *     an active tenant); reserve(t) = max(0, min(floor(share(t)), demand(t) + spare) - in_flight(t)):
+ *     what t has recently needed plus `spare` slots, never more than its share.
+ *   - A request of tenant t may dispatch when in_flight(t) < share(t) (below its share: always,
+ *     room permitting), or when the slots free after setting aside reserve(o) for every other
+ *     active tenant o are more than zero (above its share: only what nobody else is likely to need).
+ * The caller still checks that the pool is not saturated (PoolRouter::saturated); this only decides
+ * who may take a free slot. With one active tenant nothing is reserved (work-conserving); the
+ * cost is at most sum(demand + spare) idle slots while quiet tenants are active.
+ * Under saturation by engine signals (queue depth, KV) below the hard cap, nobody dispatches and
+ * the light tenant is protected by the queue's VTC order only.
+ * Defaults: enabled, active_window 10 s, spare 1 slot.
+ *
+ * Pure: time is passed in; not thread-safe (the admission driver serialises access).
+ */
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/admission/tenants.h"
+#include "core/time.h"
+
+namespace sluice {
+
+struct FairShareConfig {
+  bool enabled = true;
+  Duration active_window = std::chrono::seconds(10);
+  int64_t spare = 1;
+};
+
+class FairShare {
+ public:
+  explicit FairShare(FairShareConfig c = {}) : c_(c) {}
+
+  // A request of `t` joined the pool's queue.
+  void on_queued(TenantId t, double weight, Time now);
+  // A queued request left without dispatch (expired, client gone, refused).
+  void on_left_queue(TenantId t);
+  // A queued request was dispatched (now in flight).
+  void on_dispatched(TenantId t);
+  // A dispatched request ended.
+  void on_finished(TenantId t);
+
+  // May a request of `t` take a slot now? `capacity` and `in_flight` are the pool's.
+  bool may_dispatch(TenantId t, int64_t capacity, int64_t in_flight, Time now) const;
+
+  double share(TenantId t, int64_t capacity, Time now) const;
+  int64_t reserved_for_others(TenantId t, int64_t capacity, Time now) const;
+  int64_t in_flight(TenantId t) const { return t < ts_.size() ? ts_[t].in_flight : 0; }
+  int64_t queued(TenantId t) const { return t < ts_.size() ? ts_[t].queued : 0; }
+  const FairShareConfig& config() const { return c_; }
+
+ private:
+  struct State {
+    double weight = 1.0;
+    int64_t queued = 0;
+    int64_t in_flight = 0;
+    Time last_arrival{0};
+    bool seen = false;
+    int64_t peak = 0;     // peak demand in the current window
+    Time peak_at{0};      // when it was last raised
+  };
+  bool active(const State& s, Time now) const;
+  int64_t demand(const State& s, Time now) const;
+  double active_weight(Time now) const;
+  State& at(TenantId t);
+
+  FairShareConfig c_;
+  std::vector<State> ts_;
+};
+
+}  // namespace sluice
