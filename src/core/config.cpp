@@ -288,6 +288,7 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
     fail("pools", "is required and must list at least one pool");
   for (size_t i = 0; i < root["pools"].size(); ++i) {
     auto p = parse_pool(root["pools"][i], fmt::format("pools[{}]", i));
+    p.fingerprint = YAML::Dump(root["pools"][i]);
     if (cfg->find_pool(p.name)) fail(fmt::format("pools[{}].name", i), "duplicate pool name '" + p.name + "'");
     cfg->pools.push_back(std::move(p));
   }
@@ -330,6 +331,9 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
     auto registry = TenantRegistry::build(admission.spec.tenants);
     if (!registry.registry) throw ConfigError(registry.error);
   }
+  const YAML::Node& croot = root;
+  for (const char* key : {"tenants", "admission"})
+    admission.spec.fingerprint += (croot[key] ? YAML::Dump(croot[key]) : std::string("~")) + "\n---\n";
   cfg->admission = std::make_shared<const AdmissionSpec>(std::move(admission.spec));
   return cfg;
 }

@@ -92,6 +92,9 @@ struct PoolConfig {
   HealthCheckConfig health;
   OutlierConfig outlier;                   // passive ejection (`outlier:`)
   RetryConfig retry;
+  // The pool's YAML as parsed (canonical dump): equal fingerprints mean an identical pool, which a
+  // reload keeps running as it is (prefix index, signals, connections). Empty: never reused.
+  std::string fingerprint;
 };
 
 // A client-facing model name. `target` is what is forwarded upstream (an alias pins a version by

@@ -63,12 +63,12 @@ std::string AdminListener::explain_pick(bool is_post, std::string_view body, boo
   }
   if (!parsed.ok()) return error_response(parsed.error, keep_alive);
   const RequestModel& model = *parsed.request;
-  const auto config = gateway_.config_ptr();
-  const ModelRoute* route = config->find_model(model.model);
+  const auto gen = gateway_.current();
+  const ModelRoute* route = gen->config->find_model(model.model);
   if (!route)
     return error_response(api_error(404, fmt::format("The model `{}` does not exist.", model.model),
                                     "invalid_request_error", "model", "model_not_found"), keep_alive);
-  PoolRouter* router = gateway_.router(route->pool);
+  PoolRouter* router = gen->router(route->pool);
   if (!router)
     return error_response(api_error(503, "The model's pool has no router.", "server_error", {}, {}), keep_alive);
   return simple_response(200, "application/json",

@@ -94,10 +94,10 @@ class AdmitTicket final : public AdmissionTicket {
   friend class Driver;
 };
 
-class Driver : public std::enable_shared_from_this<Driver> {
+class Driver final : public AdmissionRuntime, public std::enable_shared_from_this<Driver> {
  public:
-  Driver(Gateway& gw, std::shared_ptr<const TenantRegistry> tenants, const AdmissionConfig& cfg)
-      : gw_(gw), admission_(std::move(tenants), cfg), queue_time_(gw.registry().histogram(
+  Driver(Gateway& gw, std::shared_ptr<const TenantRegistry> tenants, const AdmissionConfig& cfg, std::string fingerprint)
+      : gw_(gw), fingerprint_(std::move(fingerprint)), admission_(std::move(tenants), cfg), queue_time_(gw.registry().histogram(
             "sluice_queue_time_seconds", "Time spent in the gateway's admission queue.", {"pool", "priority"},
             duration_buckets())),
         tenant_tokens_(gw.registry().counter("sluice_tenant_tokens_total",
@@ -108,15 +108,12 @@ class Driver : public std::enable_shared_from_this<Driver> {
       const std::string_view name = i < kTenantLabels ? std::string_view(ts[i].name) : std::string_view("other");
       token_series_.push_back({&tenant_tokens_.with({name, "input"}), &tenant_tokens_.with({name, "output"})});
     }
-    for (const auto& p : gw.config().pools) pools_.emplace(p.name, PoolState{{}, 0, FairShare(cfg.fair_share)});
     fair_share_ = cfg.fair_share;
   }
 
-  void register_metrics() {
-    gw_.registry().add_collector([self = this](std::string& out) { self->render(out); });
-  }
-
-  asio::awaitable<AdmitResult> admit(const AdmitRequest& in);
+  asio::awaitable<AdmitResult> admit(const AdmitRequest& in) override;
+  void render(std::string& out) override;
+  const std::string& fingerprint() const override { return fingerprint_; }
   void placed(Waiter& w);   // the woken request holds its endpoint now (or gave up)
   void finished(Waiter& w);  // the admitted request ended (whatever way)
   void charge(size_t label, int64_t in, int64_t out) {
@@ -149,15 +146,15 @@ class Driver : public std::enable_shared_from_this<Driver> {
   }
   void expire();
   void wake(std::vector<std::shared_ptr<Waiter>>& woken);
-  bool eligible_locked(TenantId tenant, uintptr_t cookie);
+  bool eligible_locked(TenantId tenant, uintptr_t cookie, const Generation& gen);
   PoolState& pool_locked(const std::string& name) {
     auto it = pools_.find(name);
     if (it == pools_.end()) it = pools_.emplace(name, PoolState{{}, 0, FairShare(fair_share_)}).first;
     return it->second;
   }
-  void render(std::string& out);
 
   Gateway& gw_;
+  const std::string fingerprint_;
   Admission admission_;
   HistogramFamily& queue_time_;
   CounterFamily& tenant_tokens_;
@@ -202,12 +199,12 @@ AdmitTicket::~AdmitTicket() {
 // ---- the driver ------------------------------------------------------------------------------
 // May the queued request `cookie` of `tenant` go now? Its pool has no popped-but-unplaced request,
 // is not saturated, and the tenant may take one of its free slots (fair_share.h).
-bool Driver::eligible_locked(TenantId tenant, uintptr_t cookie) {
+bool Driver::eligible_locked(TenantId tenant, uintptr_t cookie, const Generation& gen) {
   auto it = waiters_.find(cookie);
   if (it == waiters_.end()) return true;  // a stale entry: pop it so it leaves the queue
   PoolState& ps = pool_locked(it->second->pool);
   if (ps.popped > 0) return false;
-  PoolRouter* r = gw_.router(it->second->pool);
+  PoolRouter* r = gen.router(it->second->pool);
   if (r == nullptr) return true;  // unknown pool: the proxy answers it
   const Time now = gw_.now();
   if (r->saturated(now)) return false;
@@ -226,7 +223,8 @@ void Driver::dispatch() {
   std::vector<std::shared_ptr<Waiter>> woken;
   {
     std::lock_guard lock(mu_);
-    const auto eligible = [this](TenantId t, uintptr_t cookie) { return eligible_locked(t, cookie); };
+    const auto gen = gw_.current();  // a pool replaced by a reload: the current one's room counts
+    const auto eligible = [this, &gen](TenantId t, uintptr_t cookie) { return eligible_locked(t, cookie, *gen); };
     for (;;) {
       auto d = admission_.pop_next(gw_.now(), eligible);
       if (!d) break;
@@ -319,7 +317,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
 
   const bool embedding = in.request.kind == ApiKind::embedding;
   const int64_t input = estimate_tokens(in.request.rendered);
-  PoolRouter* router = gw_.router(in.route.pool);
+  PoolRouter* router = gw_.current()->router(in.route.pool);
   const bool saturated = router != nullptr && router->saturated(gw_.now());
   AdmissionRequest areq{in.route.name, input, embedding ? std::optional<int64_t>(0) : in.request.max_output_tokens,
                         priority, in.request.rendered.size(), 0};
@@ -403,20 +401,20 @@ void Driver::render(std::string& out) {
 
 }  // namespace
 
-bool install_admission(Gateway& gw, std::string& error) {
-  const auto& spec_ptr = gw.config().admission;
-  if (!spec_ptr || !spec_ptr->enabled) return true;
-  auto built = TenantRegistry::build(spec_ptr->tenants);
+std::shared_ptr<AdmissionRuntime> make_admission(Gateway& gw, const Config& config, const Generation* previous,
+                                                 std::string& error) {
+  const auto& spec = config.admission;
+  if (!spec || !spec->enabled) return nullptr;
+  if (previous && previous->admission && !spec->fingerprint.empty() &&
+      previous->admission->fingerprint() == spec->fingerprint)
+    return previous->admission;  // unchanged: keep budgets, queue and fairness counters
+  auto built = TenantRegistry::build(spec->tenants);
   if (!built.registry) {
     error = built.error;
-    return false;
+    return nullptr;
   }
-  auto driver = std::make_shared<Driver>(gw, built.registry, spec_ptr->config);
-  driver->register_metrics();
-  gw.admit = [driver](const AdmitRequest& req) -> asio::awaitable<AdmitResult> { return driver->admit(req); };
-  spdlog::info("admission: {} tenants, queue max {} requests", built.registry->size(),
-               spec_ptr->config.queue.max_requests);
-  return true;
+  spdlog::info("admission: {} tenants, queue max {} requests", built.registry->size(), spec->config.queue.max_requests);
+  return std::make_shared<Driver>(gw, built.registry, spec->config, spec->fingerprint);
 }
 
 }  // namespace sluice

@@ -2,7 +2,7 @@
  * The live gateway's admission driver: connects the pure admission layer (core/admission) to the
  * request path through Gateway::admit.
  *
- * Per request (proxy.cpp calls the hook after parsing, before picking):
+ * Per request (proxy.cpp calls the generation's AdmissionRuntime after parsing, before picking):
  *   1. authenticate `Authorization: Bearer <key>` (401 in OpenAI's format when missing/unknown,
  *      unless an anonymous tenant is configured). Keys are never logged; the access log's tenant
  *      field becomes the tenant's name.
@@ -43,8 +43,12 @@
 
 namespace sluice {
 
-// Builds the driver from Config::admission and installs it as gw.admit. Does nothing (true) when
-// admission is disabled; false with `error` when the tenants do not validate.
-bool install_admission(Gateway& gw, std::string& error);
+// The admission layer for `config` (Config::admission): null when admission is disabled (or, with
+// `error` set, when the tenants do not validate). A reload whose `tenants:` and `admission:`
+// sections are unchanged keeps `previous`'s (budgets, queue, VTC counters and fair shares carry
+// over); a changed one gets a new layer with full budgets, and requests queued in the old one are
+// still dispatched by it.
+std::shared_ptr<AdmissionRuntime> make_admission(Gateway& gw, const Config& config, const Generation* previous,
+                                                 std::string& error);
 
 }  // namespace sluice

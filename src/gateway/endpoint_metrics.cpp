@@ -65,13 +65,13 @@ const std::vector<Series>& series() {
 }  // namespace
 
 void append_endpoint_metrics(std::string& out,
-                             const std::map<std::string, std::unique_ptr<PoolRouter>, std::less<>>& routers,
+                             const std::map<std::string, std::shared_ptr<PoolRuntime>, std::less<>>& pools,
                              Time now) {
-  std::vector<std::pair<std::string, std::vector<EndpointSnapshot>>> pools;
-  for (const auto& [name, router] : routers) pools.emplace_back(name, router->snapshot(now));
+  std::vector<std::pair<std::string, std::vector<EndpointSnapshot>>> snapshots;
+  for (const auto& [name, pool] : pools) snapshots.emplace_back(name, pool->router.snapshot(now));
   for (const auto& s : series()) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", s.name, s.help, s.name, s.type);
-    for (const auto& [pool, endpoints] : pools) {
+    for (const auto& [pool, endpoints] : snapshots) {
       for (const auto& ep : endpoints) {
         double v = 0;
         if (!s.value(ep, now, v)) continue;

@@ -6,12 +6,13 @@
 #include <string>
 
 #include "core/picker/pool_router.h"
+#include "gateway/generation.h"
 #include "core/time.h"
 
 namespace sluice {
 
 void append_endpoint_metrics(std::string& out,
-                             const std::map<std::string, std::unique_ptr<PoolRouter>, std::less<>>& routers,
+                             const std::map<std::string, std::shared_ptr<PoolRuntime>, std::less<>>& pools,
                              Time now);
 
 }  // namespace sluice

@@ -4,8 +4,6 @@
 
 #include <chrono>
 
-#include "core/models_list.h"
-#include "core/picker/policy_factory.h"
 #include "gateway/endpoint_metrics.h"
 
 namespace sluice {
@@ -23,47 +21,23 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
                        pick_buckets())) {}
 
 Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& options)
-    : config_(std::move(config)),
-      epoch_(std::chrono::steady_clock::now()),
-      metrics_(registry_),
+    : startup_(config), seed_(options.seed), epoch_(std::chrono::steady_clock::now()), metrics_(registry_),
       access_log_(options.access_log) {
-  uint64_t seed = options.seed;
-  for (const auto& pool : config_->pools)
-    routers_.emplace(pool.name, std::make_unique<PoolRouter>(pool, make_policy(pool, seed++)));
-  for (auto& [name, router] : routers_) health_.emplace(name, std::make_unique<PoolHealth>(*router));
-  const auto created = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch()).count();
-  models_json_ = models_list_json(*config_, created);
-  for (const auto& pool : config_->pools)
-    pool_series_.emplace(pool.name, PoolSeries{&metrics_.duration.with({pool.name}), &metrics_.ttft.with({pool.name}),
-                                               &metrics_.itl.with({pool.name}), &metrics_.pick.with({pool.name})});
-  for (const auto& m : config_->models) ok_requests_.emplace(m.name, &metrics_.requests.with({m.pool, m.name, "200", "ok"}));
+  current_.store(build_generation(std::move(config), nullptr, metrics_, seed_));
 
-  // Endpoint series whose values live in the routers.
+  // Series whose values live in the current generation's routers, and the admission layer's.
   registry_.add_collector([this](std::string& out) {
-    append_endpoint_metrics(out, routers_, now());
+    const auto gen = current();
+    append_endpoint_metrics(out, gen->pools, now());
+    if (gen->admission) gen->admission->render(out);
     out += fmt::format("# HELP sluice_active_requests Requests being served by the gateway.\n"
                        "# TYPE sluice_active_requests gauge\nsluice_active_requests {}\n"
                        "# HELP sluice_open_connections Open client connections.\n"
-                       "# TYPE sluice_open_connections gauge\nsluice_open_connections {}\n",
-                       active_requests.load(), connections.load());
+                       "# TYPE sluice_open_connections gauge\nsluice_open_connections {}\n"
+                       "# HELP sluice_config_generation Config generation in use (1 at start, +1 per applied reload).\n"
+                       "# TYPE sluice_config_generation gauge\nsluice_config_generation {}\n",
+                       active_requests.load(), connections.load(), gen->number);
   });
-}
-
-PoolRouter* Gateway::router(std::string_view pool) {
-  auto it = routers_.find(pool);
-  return it == routers_.end() ? nullptr : it->second.get();
-}
-
-PoolHealth* Gateway::health(std::string_view pool) {
-  auto it = health_.find(pool);
-  return it == health_.end() ? nullptr : it->second.get();
-}
-
-std::vector<PoolHealth*> Gateway::pool_healths() {
-  std::vector<PoolHealth*> out;
-  for (auto& [name, h] : health_) out.push_back(h.get());
-  return out;
 }
 
 Time Gateway::now() const {
@@ -72,27 +46,24 @@ Time Gateway::now() const {
 
 bool Gateway::ready() const {
   if (draining.load()) return false;
-  for (const auto& [name, router] : routers_) {
+  const auto gen = current();
+  for (const auto& [name, pool] : gen->pools) {
     bool any = false;
-    for (size_t i = 0; i < router->size() && !any; ++i) any = router->healthy(i);
+    for (size_t i = 0; i < pool->router.size() && !any; ++i) any = pool->router.healthy(i);
     if (!any) return false;
   }
   return true;
 }
 
-const Gateway::PoolSeries* Gateway::pool_series(std::string_view pool) const {
-  auto it = pool_series_.find(pool);
-  return it == pool_series_.end() ? nullptr : &it->second;
-}
-
 void Gateway::complete(const RequestRecord& r) {
   if (r.outcome == Outcome::ok && r.status == 200) {
-    auto it = ok_requests_.find(r.model);
-    const PoolSeries* ps = pool_series(r.pool);
-    if (it != ok_requests_.end() && ps) {
+    const auto gen = current();
+    auto it = gen->ok_requests.find(r.model);
+    const PoolRuntime* pool = gen->pool(r.pool);
+    if (it != gen->ok_requests.end() && pool) {
       it->second->inc();
-      ps->duration->observe(to_seconds(r.duration));
-      if (r.ttft) ps->ttft->observe(to_seconds(*r.ttft));
+      pool->series.duration->observe(to_seconds(r.duration));
+      if (r.ttft) pool->series.ttft->observe(to_seconds(*r.ttft));
       access_log_.write(r);
       return;
     }

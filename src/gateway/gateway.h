@@ -1,7 +1,8 @@
-// The state one gateway process shares across its worker threads: the immutable config snapshot,
-// one PoolRouter per pool, the metrics registry, the access log, the admission hook, and the
-// counters graceful drain watches. Per-connection and per-worker state lives elsewhere (session.h,
-// upstream_pool.h). `complete` is the one place every request ends.
+// The state one gateway process shares across its worker threads: the current config generation
+// (generation.h: the immutable config snapshot, one PoolRuntime per pool, the admission layer),
+// swapped atomically on reload; the metrics registry, the access log, and the counters graceful
+// drain watches. Per-connection and per-worker state lives elsewhere (session.h, upstream_pool.h).
+// `complete` is the one place every request ends.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -17,6 +18,7 @@
 #include "core/picker/pool_router.h"
 #include "core/request.h"
 #include "gateway/access_log.h"
+#include "gateway/generation.h"
 #include "gateway/metrics.h"
 #include "gateway/pool_health.h"
 
@@ -54,8 +56,6 @@ struct AdmitResult {
   HeaderList headers;                       // extra headers for the refusal (x-ratelimit-*)
   bool client_left = false;                 // the client disconnected while queued
 };
-// May suspend (a fair queue); runs on the request's worker thread.
-using AdmitHook = std::function<boost::asio::awaitable<AdmitResult>(const AdmitRequest&)>;
 
 struct GatewayMetrics {
   explicit GatewayMetrics(MetricsRegistry& r);
@@ -77,13 +77,13 @@ class Gateway {
  public:
   Gateway(std::shared_ptr<const Config> config, const GatewayOptions& options);
 
-  const Config& config() const { return *config_; }
-  std::shared_ptr<const Config> config_ptr() const { return config_; }
-  PoolRouter* router(std::string_view pool);
-  // The pool's health / ejection / retry budget state (pool_health.h); nullptr for an unknown pool.
-  PoolHealth* health(std::string_view pool);
-  std::vector<PoolHealth*> pool_healths();
-  const std::map<std::string, std::unique_ptr<PoolRouter>, std::less<>>& routers() const { return routers_; }
+  // The current generation. A request takes it once and keeps it to its end.
+  std::shared_ptr<const Generation> current() const { return current_.load(std::memory_order_acquire); }
+  // Makes `next` current (reload); requests already running keep theirs.
+  void install(std::shared_ptr<const Generation> next) { current_.store(std::move(next), std::memory_order_release); }
+  // The config the process started with: listen addresses and worker count (not reloadable).
+  const Config& startup_config() const { return *startup_; }
+  uint64_t seed() const { return seed_; }
   MetricsRegistry& registry() { return registry_; }
   GatewayMetrics& metrics() { return metrics_; }
   AccessLog& access_log() { return access_log_; }
@@ -92,38 +92,22 @@ class Gateway {
   Time now() const;
   // Ready: every pool has at least one healthy endpoint, and the gateway is not draining.
   bool ready() const;
-  const std::string& models_json() const { return models_json_; }
 
   // The single completion path: access-log line + metrics for one finished request.
   void complete(const RequestRecord& record);
 
-  AdmitHook admit;  // empty: everything is admitted
   std::atomic<bool> draining{false};
   std::atomic<int64_t> active_requests{0};
   std::atomic<int64_t> connections{0};
 
  private:
-  std::shared_ptr<const Config> config_;
+  std::shared_ptr<const Config> startup_;
+  uint64_t seed_;
   std::chrono::steady_clock::time_point epoch_;
-  std::map<std::string, std::unique_ptr<PoolRouter>, std::less<>> routers_;
-  std::map<std::string, std::unique_ptr<PoolHealth>, std::less<>> health_;
   MetricsRegistry registry_;
   GatewayMetrics metrics_;
   AccessLog access_log_;
-  std::string models_json_;
-  // Series resolved once for the common case (no label-key building on the hot path).
-  struct PoolSeries {
-    Histogram* duration;
-    Histogram* ttft;
-    Histogram* itl;
-    Histogram* pick;  // picker decision time
-  };
-  std::map<std::string, PoolSeries, std::less<>> pool_series_;
-  std::map<std::string, Counter*, std::less<>> ok_requests_;  // model -> {status 200, outcome ok}
-
- public:
-  // The pool's histograms (nullptr for an unknown pool).
-  const PoolSeries* pool_series(std::string_view pool) const;
+  std::atomic<std::shared_ptr<const Generation>> current_;
 };
 
 // RAII: counts one request in Gateway::active_requests (graceful drain waits for zero).

@@ -85,7 +85,7 @@ asio::awaitable<bool> probe(const Address& addr, const std::string& path, Durati
 }
 
 asio::awaitable<void> check_loop(std::shared_ptr<HealthCheckers::Impl> impl, PoolHealth* pool, size_t index,
-                                 std::function<Time()> now) {
+                                 std::function<Time()> now, std::shared_ptr<const void> keep) {
   const PoolConfig& pc = pool->router().config();
   const Address addr = pc.endpoints.at(index).address;
   const std::string name = pc.name + "/" + pc.endpoints.at(index).name;
@@ -108,10 +108,10 @@ asio::awaitable<void> check_loop(std::shared_ptr<HealthCheckers::Impl> impl, Poo
 
 }  // namespace
 
-void add_health_metrics(MetricsRegistry& registry, std::vector<PoolHealth*> pools) {
+void add_health_metrics(MetricsRegistry& registry, std::function<std::vector<std::shared_ptr<PoolHealth>>()> pools) {
   registry.add_collector([pools = std::move(pools)](std::string& out) {
     std::string retries, refused, ejections, failures;
-    for (PoolHealth* p : pools) {
+    for (const auto& p : pools()) {
       const PoolConfig& pc = p->router().config();
       std::string labels;
       append_labels(labels, {"pool"}, {pc.name});
@@ -143,7 +143,7 @@ void HealthCheckers::stop() {
 }
 
 std::shared_ptr<HealthCheckers> start_health_checkers(asio::io_context& io, const std::vector<PoolHealth*>& pools,
-                                                      std::function<Time()> now) {
+                                                      std::function<Time()> now, std::shared_ptr<const void> keep) {
   auto h = std::make_shared<HealthCheckers>();
   h->impl_ = std::make_shared<HealthCheckers::Impl>(io);
   for (PoolHealth* p : pools) {
@@ -151,7 +151,7 @@ std::shared_ptr<HealthCheckers> start_health_checkers(asio::io_context& io, cons
     for (size_t i = 0; i < p->router().size(); ++i) {
       auto sig = std::make_shared<asio::cancellation_signal>();
       h->impl_->signals.push_back(sig);
-      asio::co_spawn(h->impl_->strand, check_loop(h->impl_, p, i, now),
+      asio::co_spawn(h->impl_->strand, check_loop(h->impl_, p, i, now, keep),
                      asio::bind_cancellation_slot(sig->slot(), asio::detached));
     }
   }

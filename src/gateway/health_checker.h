@@ -33,9 +33,11 @@ class MetricsRegistry;
 // Registers the resilience series: sluice_retries_total{pool}, sluice_retries_refused_total{pool}
 // (retries the pool budget refused), sluice_outlier_ejections_total{pool,endpoint},
 // sluice_health_check_failures_total{pool,endpoint}. (sluice_endpoint_healthy is the gateway's.)
-void add_health_metrics(MetricsRegistry& registry, std::vector<PoolHealth*> pools);
+// `pools` is called at every scrape (the current generation's pools).
+void add_health_metrics(MetricsRegistry& registry, std::function<std::vector<std::shared_ptr<PoolHealth>>()> pools);
 
+// `keep` (optional) is held by every check coroutine until it ends (the owner of the pools).
 std::shared_ptr<HealthCheckers> start_health_checkers(boost::asio::io_context& io, const std::vector<PoolHealth*>& pools,
-                                                      std::function<Time()> now);
+                                                      std::function<Time()> now, std::shared_ptr<const void> keep = {});
 
 }  // namespace sluice

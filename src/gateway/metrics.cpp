@@ -99,14 +99,26 @@ template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;
 
+namespace {
+// A family registered again (a component rebuilt by a config reload) is the same family.
+template <class F>
+F* find_family(const std::vector<std::unique_ptr<F>>& families, const std::string& name) {
+  for (const auto& f : families)
+    if (f->name() == name) return f.get();
+  return nullptr;
+}
+}  // namespace
+
 CounterFamily& MetricsRegistry::counter(std::string name, std::string help, std::vector<std::string> labels) {
   std::lock_guard lock(mu_);
+  if (auto* f = find_family(counters_, name)) return *f;
   counters_.push_back(std::make_unique<CounterFamily>(std::move(name), std::move(help), std::move(labels)));
   return *counters_.back();
 }
 
 GaugeFamily& MetricsRegistry::gauge(std::string name, std::string help, std::vector<std::string> labels) {
   std::lock_guard lock(mu_);
+  if (auto* f = find_family(gauges_, name)) return *f;
   gauges_.push_back(std::make_unique<GaugeFamily>(std::move(name), std::move(help), std::move(labels)));
   return *gauges_.back();
 }
@@ -114,6 +126,7 @@ GaugeFamily& MetricsRegistry::gauge(std::string name, std::string help, std::vec
 HistogramFamily& MetricsRegistry::histogram(std::string name, std::string help, std::vector<std::string> labels,
                                             std::vector<double> bounds) {
   std::lock_guard lock(mu_);
+  if (auto* f = find_family(histograms_, name)) return *f;
   histograms_.push_back(
       std::make_unique<HistogramFamily>(std::move(name), std::move(help), std::move(labels), std::move(bounds)));
   return *histograms_.back();

@@ -75,6 +75,7 @@ using HistogramFamily = Family<Histogram>;
 
 class MetricsRegistry {
  public:
+  // Registering a name again returns the existing family (labels and help of the first).
   CounterFamily& counter(std::string name, std::string help, std::vector<std::string> labels);
   GaugeFamily& gauge(std::string name, std::string help, std::vector<std::string> labels);
   HistogramFamily& histogram(std::string name, std::string help, std::vector<std::string> labels,

@@ -35,8 +35,8 @@ std::string tenant_of(const DownstreamRequest& req, const RequestModel& m) {
   return "-";
 }
 
-asio::awaitable<void> admit_into(const AdmitHook& hook, AdmitRequest req, AdmitResult& out) {
-  out = co_await hook(req);
+asio::awaitable<void> admit_into(AdmissionRuntime& admission, AdmitRequest req, AdmitResult& out) {
+  out = co_await admission.admit(req);
 }
 
 // The usage-only chunk a stream ends with when stream_options.include_usage is set.
@@ -47,7 +47,7 @@ bool is_usage_only_chunk(const SseEvent& ev) {
 class RequestLife {
  public:
   RequestLife(Session& s, ApiKind kind, DownstreamRequest& req, bool keep_alive)
-      : s_(s), gw_(s.gateway()), tmo_(gw_.config().timeouts), kind_(kind), req_(req), keep_alive_(keep_alive),
+      : s_(s), gw_(s.gateway()), gen_(gw_.current()), tmo_(gen_->config->timeouts), kind_(kind), req_(req), keep_alive_(keep_alive),
         start_(SteadyClock::now()), total_deadline_(start_ + tmo_.total) {}
 
   asio::awaitable<bool> run();
@@ -85,6 +85,7 @@ class RequestLife {
 
   Session& s_;
   Gateway& gw_;
+  const std::shared_ptr<const Generation> gen_;  // this request's config generation, to its end
   const Timeouts& tmo_;
   ApiKind kind_;
   DownstreamRequest& req_;
@@ -93,9 +94,9 @@ class RequestLife {
   RequestRecord rec_;
   std::optional<RequestModel> model_;
   const ModelRoute* route_ = nullptr;
+  PoolRuntime* pool_ = nullptr;
   PoolRouter* router_ = nullptr;
   PoolHealth* health_ = nullptr;
-  size_t pool_index_ = 0;
   PickRequest pick_;
   int64_t predicted_cached_ = 0;  // the chosen candidate's predicted cached prompt tokens
   DispatchGuard guard_;
@@ -127,13 +128,13 @@ asio::awaitable<bool> RequestLife::run() {
   rec_.model = model_->model;
   rec_.stream = model_->stream;
   rec_.tenant = tenant_of(req_, *model_);
-  route_ = gw_.config().find_model(model_->model);
+  route_ = gen_->config->find_model(model_->model);
 
   // ---- authenticate + admit: the admission layer's hook ----
-  if (gw_.admit && route_) {
+  if (gen_->admission && route_) {
     AdmitResult admitted;  // the wait in the admission queue watches the client (a disconnect leaves it)
     co_await s_.while_watching_client(admit_into(
-        gw_.admit, AdmitRequest{*model_, *route_, rec_.tenant, req_.base(), [this] { return s_.client_gone(); }}, admitted));
+        *gen_->admission, AdmitRequest{*model_, *route_, rec_.tenant, req_.base(), [this] { return s_.client_gone(); }}, admitted));
     rec_.pool = route_->pool;
     if (admitted.client_left) {
       finish(Outcome::client_cancelled, kClientClosedStatus, "cancelled_queued");
@@ -154,26 +155,23 @@ asio::awaitable<bool> RequestLife::run() {
     co_return co_await reject(api_error(404, fmt::format("The model `{}` does not exist.", model_->model),
                                         "invalid_request_error", "model", "model_not_found"), "unknown_model");
   rec_.pool = route_->pool;
-  router_ = gw_.router(route_->pool);
-  for (size_t i = 0; i < gw_.config().pools.size(); ++i)
-    if (gw_.config().pools[i].name == route_->pool) pool_index_ = i;
+  pool_ = gen_->pool(route_->pool);
+  router_ = &pool_->router;
   const bool embedding_pool = router_->config().kind == PoolKind::embedding;
   if (embedding_pool != (kind_ == ApiKind::embedding))
     co_return co_await reject(api_error(400, fmt::format("The model `{}` does not support {}.", model_->model,
                                                          kind_ == ApiKind::embedding ? "embeddings" : "completions"),
                                         "invalid_request_error", "model", "model_not_supported"), "wrong_api");
-  itl_ = gw_.pool_series(route_->pool)->itl;
+  itl_ = pool_->series.itl;
 
   // ---- pick: every healthy endpoint, best first ----
   pick_ = make_pick_request(kind_, *route_, *model_);
-  health_ = gw_.health(route_->pool);
-  if (health_) {
-    health_->refresh(gw_.now());
-    health_->on_request(gw_.now());
-  }
+  health_ = &pool_->health;
+  health_->refresh(gw_.now());
+  health_->on_request(gw_.now());
   const auto pick_started = SteadyClock::now();
   auto candidates = router_->rank(pick_, gw_.now());
-  gw_.pool_series(route_->pool)->pick->observe(std::chrono::duration<double>(SteadyClock::now() - pick_started).count());
+  pool_->series.pick->observe(std::chrono::duration<double>(SteadyClock::now() - pick_started).count());
   if (candidates.empty()) {
     // Our own Retry-After is jittered, so clients told to come back do not return all at once.
     thread_local AdmissionRng rng{std::random_device{}()};
@@ -231,7 +229,7 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
     bool retry = false;
     for (bool fresh_retry = false;;) {
       auto acquired = co_await s_.upstream_pool().acquire(
-          pool_index_, cand.endpoint, std::min(SteadyClock::now() + tmo_.connect, total_deadline_));
+          *pool_, cand.endpoint, std::min(SteadyClock::now() + tmo_.connect, total_deadline_));
       if (s_.client_gone()) {
         finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
         co_return false;
@@ -386,7 +384,7 @@ std::string RequestLife::response_head_from_upstream(bool chunked, size_t conten
   head.append("x-request-id: ").append(rec_.id).append("\r\n");
   if (const HeaderList* extra = ticket_ ? ticket_->response_headers() : nullptr)
     for (const auto& [k, v] : *extra) head.append(k).append(": ").append(v).append("\r\n");
-  if (gw_.config().expose_routing_headers)
+  if (gen_->config->expose_routing_headers)
     head += fmt::format("x-sluice-endpoint: {}\r\nx-sluice-predicted-cached-tokens: {}\r\n", rec_.endpoint,
                         predicted_cached_);
   if (chunked) head += "Transfer-Encoding: chunked\r\n";

@@ -1,13 +1,24 @@
 #include "gateway/reload.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "core/config.h"
+#include "gateway/admission_driver.h"
 #include "gateway/gateway.h"
 
 namespace sluice {
 
-ReloadResult reload_config(Gateway& gateway, const std::string& path) {
+namespace {
+std::string join(const std::vector<std::string>& xs) {
+  std::string out;
+  for (const auto& x : xs) out += (out.empty() ? "" : ",") + x;
+  return out.empty() ? "-" : out;
+}
+}  // namespace
+
+ReloadResult reload_config(Gateway& gateway, const std::string& path,
+                           const std::function<void(const std::shared_ptr<PoolRuntime>&)>& start_loops) {
   if (path.empty()) {
     spdlog::warn("SIGHUP: no config file to reload (started without -c); ignored");
     return ReloadResult::no_path;
@@ -19,13 +30,45 @@ ReloadResult reload_config(Gateway& gateway, const std::string& path) {
     spdlog::error("config reload refused: {}; keeping the current config", e.what());
     return ReloadResult::refused;
   }
-  const Config& cur = gateway.config();
-  size_t endpoints = 0;
-  for (const auto& p : next->pools) endpoints += p.endpoints.size();
-  spdlog::warn("config reload: {} is valid ({} pools, {} endpoints, {} models) but live apply is not implemented "
-               "yet; still serving the startup config ({} pools); restart to apply",
-               path, next->pools.size(), endpoints, next->models.size(), cur.pools.size());
-  return ReloadResult::valid_not_applied;
+  const auto cur = gateway.current();
+  const Config& start = gateway.startup_config();
+  if (next->listen.str() != start.listen.str() || next->admin.str() != start.admin.str() ||
+      next->workers != start.workers)
+    spdlog::warn("config reload: listen, admin and workers need a restart; keeping {} / {} / {} workers",
+                 start.listen.str(), start.admin.str(), start.workers);
+
+  auto gen = build_generation(next, cur.get(), gateway.metrics(), gateway.seed() + cur->number * 1000);
+  std::string error;
+  gen->admission = make_admission(gateway, *next, cur.get(), error);
+  if (!error.empty()) {
+    spdlog::error("config reload refused: {}: admission: {}; keeping the current config", path, error);
+    return ReloadResult::refused;
+  }
+  std::vector<std::string> kept, fresh, removed;
+  for (const auto& [name, pool] : gen->pools) {
+    auto old = cur->pools.find(name);
+    if (old != cur->pools.end() && old->second == pool) {
+      kept.push_back(name);
+    } else {
+      fresh.push_back(name);
+      start_loops(pool);
+    }
+  }
+  const bool admission_kept = gen->admission && gen->admission == cur->admission;
+  const uint64_t number = gen->number;
+  gateway.install(gen);
+  for (const auto& [name, pool] : cur->pools) {
+    auto now = gen->pools.find(name);
+    if (now == gen->pools.end() || now->second != pool) {
+      pool->retire();
+      if (now == gen->pools.end()) removed.push_back(name);
+    }
+  }
+  spdlog::info("config reload applied: generation {} from {}: pools kept [{}], new or changed [{}], removed [{}]; "
+               "{} models; admission {}",
+               number, path, join(kept), join(fresh), join(removed), next->models.size(),
+               !gen->admission ? "off" : admission_kept ? "kept" : "rebuilt");
+  return ReloadResult::applied;
 }
 
 }  // namespace sluice

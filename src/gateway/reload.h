@@ -1,21 +1,35 @@
-// SIGHUP config reload, first step: the file is re-read, parsed and fully validated into a new
-// snapshot (parse_config: unknown keys, ranges, pools, models, admission). An invalid file is
-// refused with one clear log line naming the field, and the running config is kept.
+// SIGHUP config reload: the file is re-read, parsed and fully validated (parse_config: unknown
+// keys, ranges, pools, models, admission). An invalid file is refused with one clear log line
+// naming the field, and the running config is kept.
 //
-// NOT YET: applying a valid snapshot live. The running Gateway's PoolRouters, the per-worker
-// upstream pools (indexed by pool/endpoint position), the scrapers and health checkers are built
-// once from the startup config; swapping them needs a refcounted per-request snapshot (see the
-// report of issue 6). Until then a valid new config is logged as valid-but-not-applied.
+// A valid file becomes a new generation (generation.h) swapped in atomically:
+//   - pools whose YAML is unchanged keep their runtime (prefix index, scraped signals, in-flight
+//     accounting, health, ejections, warm upstream connections); changed or new pools get a fresh
+//     runtime whose scrapers and health checks start before the swap; removed or replaced pools
+//     are retired (loops stopped) after it and freed when their last request ends;
+//   - models, aliases and adapters, timeouts, limits and routing headers apply to requests that
+//     start after the swap (a keep-alive connection keeps its header/body limits);
+//   - the admission layer is kept when `tenants:` and `admission:` are unchanged, else rebuilt
+//     (budgets start full; requests already queued are dispatched by the old layer);
+//   - `listen`, `admin` and `workers` need a restart: a change is logged and ignored.
+// Connections and requests in flight are never dropped: each request keeps the generation it
+// started with to its end.
 #pragma once
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace sluice {
 
 class Gateway;
+class PoolRuntime;
 
-enum class ReloadResult { refused, valid_not_applied, no_path };
+enum class ReloadResult { refused, applied, no_path };
 
-// Logs the outcome: "config reload refused: <path>: <field>: <problem>; keeping the current config".
-ReloadResult reload_config(Gateway& gateway, const std::string& path);
+// Logs the outcome: "config reload refused: <path>: <field>: <problem>; keeping the current config"
+// or "config reload applied: generation N: ...". `start_loops` starts a new runtime's background
+// loops (scrapers, health checks).
+ReloadResult reload_config(Gateway& gateway, const std::string& path,
+                           const std::function<void(const std::shared_ptr<PoolRuntime>&)>& start_loops);
 
 }  // namespace sluice

@@ -138,7 +138,7 @@ std::optional<UrlParts> parse_url(const std::string& url) {
 }
 
 asio::awaitable<void> scrape_loop(std::shared_ptr<Scrapers::Impl> impl, PoolRouter* router, size_t index,
-                                  size_t status_slot, std::function<Time()> now) {
+                                  size_t status_slot, std::function<Time()> now, std::shared_ptr<const void> keep) {
   const EndpointConfig ep = router->config().endpoints.at(index);
   const ScrapeConfig sc = router->config().scrape;
   Connection conn;
@@ -234,7 +234,7 @@ std::vector<ScrapeStatus> Scrapers::status() const {
 }
 
 std::shared_ptr<Scrapers> start_scrapers(asio::io_context& io, const std::vector<PoolRouter*>& routers,
-                                         std::function<Time()> now) {
+                                         std::function<Time()> now, std::shared_ptr<const void> keep) {
   auto s = std::make_shared<Scrapers>();
   s->impl_ = std::make_shared<Scrapers::Impl>(io);
   auto& impl = *s->impl_;
@@ -249,7 +249,7 @@ std::shared_ptr<Scrapers> start_scrapers(asio::io_context& io, const std::vector
     for (size_t i = 0; i < r->config().endpoints.size(); ++i) {
       auto sig = std::make_shared<asio::cancellation_signal>();
       impl.signals.push_back(sig);
-      asio::co_spawn(impl.strand, scrape_loop(s->impl_, r, i, slot++, now),
+      asio::co_spawn(impl.strand, scrape_loop(s->impl_, r, i, slot++, now, keep),
                      asio::bind_cancellation_slot(sig->slot(), asio::detached));
     }
   }

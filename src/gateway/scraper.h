@@ -51,7 +51,9 @@ class Scrapers {
 };
 
 // Starts one scraper per endpoint of each router. `now` is the gateway's clock (Gateway::now).
+// `keep` (optional) is held by every scraper coroutine until it ends: the owner of the routers, so
+// they outlive the coroutines even when dropped right after stop().
 std::shared_ptr<Scrapers> start_scrapers(boost::asio::io_context& io, const std::vector<PoolRouter*>& routers,
-                                         std::function<Time()> now);
+                                         std::function<Time()> now, std::shared_ptr<const void> keep = {});
 
 }  // namespace sluice

@@ -32,7 +32,7 @@ tcp::endpoint resolve_listen(const Address& a) {
 }  // namespace
 
 Worker::Worker(Gateway& gateway, int index, int workers)
-    : gateway_(gateway), index_(index), io_(1), acceptor_(io_), upstream_(io_.get_executor(), gateway.config(), workers),
+    : gateway_(gateway), index_(index), io_(1), acceptor_(io_), upstream_(io_.get_executor(), workers),
       housekeeping_timer_(io_) {}
 
 void Worker::listen(const tcp::endpoint& at, bool reuse_port) {
@@ -52,7 +52,6 @@ void Worker::start() {
 }
 
 asio::awaitable<void> Worker::accept_loop() {
-  const auto max_connections = gateway_.config().limits.max_connections;
   while (acceptor_.is_open()) {
     auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
     if (ec) {
@@ -62,7 +61,7 @@ asio::awaitable<void> Worker::accept_loop() {
       co_await pause.async_wait(use_tuple);
       continue;
     }
-    if (gateway_.connections.load(std::memory_order_relaxed) >= max_connections) {
+    if (gateway_.connections.load(std::memory_order_relaxed) >= gateway_.current()->config->limits.max_connections) {
       // Over the connection limit: a best-effort 503 without reading the request, then close.
       static const std::string busy = error_response(
           api_error(503, "The gateway is at its connection limit; retry later.", "server_error", {}, "too_many_connections"),
@@ -105,7 +104,11 @@ Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options
   GatewayOptions gopts;
   gopts.access_log = options.access_log;
   gateway_ = std::make_unique<Gateway>(config, gopts);
-  if (std::string error; !install_admission(*gateway_, error)) throw std::runtime_error("admission: " + error);
+  std::string error;
+  auto first = std::make_shared<Generation>(*gateway_->current());
+  first->admission = make_admission(*gateway_, *config, nullptr, error);
+  if (!error.empty()) throw std::runtime_error("admission: " + error);
+  gateway_->install(std::move(first));
   const int n = options.workers > 0 ? options.workers : config->workers;
   for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*gateway_, i, n));
 
@@ -122,21 +125,28 @@ Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options
 
 Server::~Server() = default;
 
+void Server::start_loops(const std::shared_ptr<PoolRuntime>& pool) {
+  auto now = [gw = gateway_.get()] { return gw->now(); };
+  auto& io = workers_.back()->io();
+  pool->scrapers = start_scrapers(io, {&pool->router}, now, pool);
+  pool->checkers = start_health_checkers(io, {&pool->health}, now, pool);
+}
+
 int Server::run() {
   asio::io_context control;
   asio::signal_set signals(control, SIGINT, SIGTERM);
-  const auto& cfg = gateway_->config();
+  const auto& cfg = gateway_->startup_config();
   std::atomic<bool> stop_now{false};
   std::optional<SteadyClock::time_point> drain_deadline;
 
   for (auto& w : workers_) w->start();
   admin_->start();
-  add_health_metrics(gateway_->registry(), gateway_->pool_healths());
-  auto health_checkers = start_health_checkers(workers_.back()->io(), gateway_->pool_healths(),
-                                               [gw = gateway_.get()] { return gw->now(); });
-  std::vector<PoolRouter*> routers;
-  for (const auto& [name, router] : gateway_->routers()) routers.push_back(router.get());
-  scrapers_ = start_scrapers(workers_.back()->io(), routers, [gw = gateway_.get()] { return gw->now(); });
+  add_health_metrics(gateway_->registry(), [gw = gateway_.get()] {
+    std::vector<std::shared_ptr<PoolHealth>> out;
+    for (const auto& [name, pool] : gw->current()->pools) out.emplace_back(pool, &pool->health);
+    return out;
+  });
+  for (const auto& [name, pool] : gateway_->current()->pools) start_loops(pool);
   for (auto& w : workers_) threads_.emplace_back([&io = w->io()] { io.run(); });
   spdlog::info("sluice listening on http://{}:{} (admin http://{}:{}), {} workers", cfg.listen.host, port_,
                cfg.admin.host, admin_port_, workers_.size());
@@ -156,12 +166,13 @@ int Server::run() {
   };
   signals.async_wait(on_signal);
 
-  // SIGHUP: re-read the config file and validate it; an invalid one is refused and the current
-  // config kept (reload.h).
+  // SIGHUP: re-read the config file, validate it and apply it as a new generation; an invalid one
+  // is refused and the current config kept (reload.h).
   asio::signal_set hup(control, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_hup = [&](const boost::system::error_code& ec, int) {
     if (ec) return;
-    reload_config(*gateway_, config_path_);
+    if (drain_deadline) return;  // draining: nothing to reload into
+    reload_config(*gateway_, config_path_, [this](const std::shared_ptr<PoolRuntime>& p) { start_loops(p); });
     hup.async_wait(on_hup);
   };
   hup.async_wait(on_hup);
@@ -189,8 +200,7 @@ int Server::run() {
   // upstream leases it holds) is gone before the workers are destroyed.
   for (auto& w : workers_) asio::post(w->io(), [wp = w.get()] { wp->abort_all(); });
   admin_->stop();
-  health_checkers->stop();
-  scrapers_->stop();
+  for (const auto& [name, pool] : gateway_->current()->pools) pool->retire();
   for (int i = 0; i < 100 && gateway_->connections.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   for (auto& w : workers_) w->io().stop();
   for (auto& t : threads_) t.join();

@@ -8,6 +8,9 @@
 // counters) is either mutex-per-pool or atomics. The admin listener runs on worker 0, the
 // engine-metrics scrapers on the last worker.
 //
+// Reload (SIGHUP): the config file is re-read into a new generation (generation.h, reload.h) and
+// swapped in atomically; connections and requests in flight are not touched.
+//
 // Shutdown (SIGTERM / SIGINT): every worker closes its acceptor (new connections are refused) and
 // its idle keep-alive connections; requests in flight run to completion (their connections close
 // afterwards) until none is left or drain_timeout passes; then the process exits 0. A second
@@ -65,7 +68,7 @@ class Worker {
 struct ServeOptions {
   std::string access_log = "-";
   int workers = 0;  // 0: the config's
-  std::string config_path;  // re-read and validated on SIGHUP (empty: SIGHUP is ignored)
+  std::string config_path;  // re-read, validated and applied on SIGHUP (empty: SIGHUP is ignored)
 };
 
 class Server {
@@ -85,7 +88,8 @@ class Server {
   uint16_t port_ = 0, admin_port_ = 0;
   std::string config_path_;
   std::unique_ptr<class AdminListener> admin_;
-  std::shared_ptr<Scrapers> scrapers_;  // engine /metrics scrapers (scraper.h), on the last worker
+  // A pool runtime's engine /metrics scrapers (scraper.h) and health checks, on the last worker.
+  void start_loops(const std::shared_ptr<PoolRuntime>& pool);
 };
 
 }  // namespace sluice

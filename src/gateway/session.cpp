@@ -164,7 +164,7 @@ asio::awaitable<void> linger_close(tcp::socket& s, Watchdog& wd) {
 asio::awaitable<void> Session::run() {
   auto self = shared_from_this();  // keeps the session alive for the coroutine's life
   auto& gw = gateway();
-  const auto& limits = gw.config().limits;
+  const ServerLimits limits = gw.current()->config->limits;  // a connection keeps the limits it started with
   bool first = true;
   bool linger = false;
   // (Built here: GCC 12 miscompiles initializer lists inside co_await expressions.)
@@ -268,7 +268,7 @@ asio::awaitable<void> Session::run() {
                                                 "invalid_request_error", {}, "method_not_allowed"),
                                       keep_alive, allow_get));
       } else if (path == "/v1/models") {
-        co_await write(simple_response(200, "application/json", gw.models_json(), keep_alive));
+        co_await write(simple_response(200, "application/json", gw.current()->models_json, keep_alive));
       } else if (path == "/healthz") {
         co_await write(simple_response(200, "application/json", "{\"status\":\"ok\"}", keep_alive));
       } else {

@@ -8,6 +8,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
+#include "gateway/generation.h"
+
 namespace sluice {
 
 using namespace asio::experimental::awaitable_operators;
@@ -46,26 +48,26 @@ void Slot::wake_one() {
   if (!waiters.empty()) waiters.front()->cancel();
 }
 
-UpstreamPool::UpstreamPool(asio::any_io_executor executor, const Config& config, int workers)
-    : executor_(std::move(executor)) {
-  workers = std::max(1, workers);
-  tcp::resolver resolver(executor_);
-  for (const auto& pool : config.pools) {
-    auto& row = slots_.emplace_back();
-    for (const auto& ep : pool.endpoints) {
+UpstreamPool::UpstreamPool(asio::any_io_executor executor, int workers)
+    : executor_(std::move(executor)), workers_(std::max(1, workers)) {}
+
+Slot& UpstreamPool::slot_for(const PoolRuntime& pool, size_t endpoint) {
+  auto [it, created] = slots_.try_emplace(pool.id);
+  auto& row = it->second;
+  if (created) {
+    const PoolConfig& pc = pool.config();
+    for (const auto& ep : pc.endpoints) {
       auto s = std::make_unique<Slot>();
       s->name = ep.name;
-      s->address = ep.address;
-      s->max_open = std::max(1, (pool.upstream.max_connections_per_endpoint + workers - 1) / workers);
-      s->max_idle = (pool.upstream.max_idle_per_endpoint + workers - 1) / workers;
-      s->idle_timeout = pool.upstream.idle_timeout;
-      boost::system::error_code ec;
-      auto results = resolver.resolve(ep.address.host, std::to_string(ep.address.port), ec);
-      if (ec) spdlog::warn("endpoint {}: cannot resolve {} yet: {}", ep.name, ep.address.host, ec.message());
-      for (const auto& r : results) s->resolved.push_back(r.endpoint());
+      s->address = ep.address;  // resolved on first connect
+      s->max_open = std::max(1, (pc.upstream.max_connections_per_endpoint + workers_ - 1) / workers_);
+      s->max_idle = (pc.upstream.max_idle_per_endpoint + workers_ - 1) / workers_;
+      s->idle_timeout = pc.upstream.idle_timeout;
+      s->closing = closing_;
       row.push_back(std::move(s));
     }
   }
+  return *row.at(endpoint);
 }
 
 namespace {
@@ -79,8 +81,9 @@ bool still_open(tcp::socket& s) {
 }
 }  // namespace
 
-asio::awaitable<AcquireResult> UpstreamPool::acquire(size_t pool, size_t endpoint, SteadyClock::time_point deadline) {
-  Slot& slot = *slots_.at(pool).at(endpoint);
+asio::awaitable<AcquireResult> UpstreamPool::acquire(const PoolRuntime& pool, size_t endpoint,
+                                                     SteadyClock::time_point deadline) {
+  Slot& slot = slot_for(pool, endpoint);
   for (;;) {
     while (!slot.idle.empty()) {
       auto idle = std::move(slot.idle.back());
@@ -142,8 +145,9 @@ asio::awaitable<AcquireResult> UpstreamPool::connect(Slot& slot, SteadyClock::ti
 }
 
 void UpstreamPool::sweep(SteadyClock::time_point now) {
-  for (auto& row : slots_)
-    for (auto& s : row)
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    bool unused = true;
+    for (auto& s : it->second) {
       while (!s->idle.empty() && now - s->idle.front().since >= s->idle_timeout) {
         boost::system::error_code ignored;
         s->idle.front().socket->close(ignored);
@@ -151,10 +155,16 @@ void UpstreamPool::sweep(SteadyClock::time_point now) {
         --s->open;
         s->wake_one();
       }
+      unused = unused && s->open == 0 && s->waiters.empty();
+    }
+    // Nothing open or waiting: drop the row (a retired pool's, or an idle one's: remade on use).
+    it = unused ? slots_.erase(it) : std::next(it);
+  }
 }
 
 void UpstreamPool::close_idle() {
-  for (auto& row : slots_)
+  closing_ = true;
+  for (auto& [id, row] : slots_)
     for (auto& s : row) {
       s->closing = true;
       for (auto& i : s->idle) {
@@ -165,7 +175,5 @@ void UpstreamPool::close_idle() {
       s->idle.clear();
     }
 }
-
-size_t UpstreamPool::idle_count(size_t pool, size_t endpoint) const { return slots_.at(pool).at(endpoint)->idle.size(); }
 
 }  // namespace sluice

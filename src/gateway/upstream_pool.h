@@ -1,4 +1,7 @@
-// Per-worker pool of upstream (model server) connections, one slot per endpoint. Each worker
+// Per-worker pool of upstream (model server) connections, one slot per endpoint of each pool
+// runtime (generation.h; keyed by runtime id, so a reload that keeps a pool keeps its warm
+// connections, and a new runtime's slots are made on first use; rows left without connections are
+// dropped by sweep). Each worker
 // thread owns its pool outright (one io_context per thread), so leasing and returning need no lock.
 // Limits (config `upstream`): max_connections_per_endpoint and max_idle_per_endpoint are split
 // evenly across workers (rounded up); idle connections older than idle_timeout are closed.
@@ -22,6 +25,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <unordered_map>
+
 #include "core/config.h"
 
 namespace sluice {
@@ -31,6 +36,7 @@ using tcp = asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
 class UpstreamPool;
+class PoolRuntime;
 
 class UpstreamLease {
  public:
@@ -79,19 +85,21 @@ struct AcquireResult {
 
 class UpstreamPool {
  public:
-  UpstreamPool(asio::any_io_executor executor, const Config& config, int workers);
-  // `pool` and `endpoint` index the config's pools and their endpoints.
-  asio::awaitable<AcquireResult> acquire(size_t pool, size_t endpoint, SteadyClock::time_point deadline);
+  UpstreamPool(asio::any_io_executor executor, int workers);
+  // `endpoint` indexes the pool's endpoints.
+  asio::awaitable<AcquireResult> acquire(const PoolRuntime& pool, size_t endpoint, SteadyClock::time_point deadline);
   // Closes idle connections past their idle timeout (called periodically by the worker).
   void sweep(SteadyClock::time_point now);
   // Drain: close every idle connection and stop keeping new ones.
   void close_idle();
-  size_t idle_count(size_t pool, size_t endpoint) const;
 
  private:
+  Slot& slot_for(const PoolRuntime& pool, size_t endpoint);
   asio::awaitable<AcquireResult> connect(Slot& slot, SteadyClock::time_point deadline);
   asio::any_io_executor executor_;
-  std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
+  int workers_;
+  bool closing_ = false;
+  std::unordered_map<uint64_t, std::vector<std::unique_ptr<Slot>>> slots_;  // by PoolRuntime::id
 };
 
 }  // namespace sluice

@@ -39,6 +39,9 @@ struct AdmissionSpec {
   bool enabled = false;  // a `tenants:` list was given
   TenantsSpec tenants;
   AdmissionConfig config;
+  // The `tenants:` and `admission:` YAML as parsed (canonical dump): a reload with the same
+  // fingerprint keeps the running admission layer (budgets, queue, fairness counters).
+  std::string fingerprint;
 };
 
 struct AdmissionSpecResult {

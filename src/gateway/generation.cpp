@@ -1,0 +1,53 @@
+#include "gateway/generation.h"
+
+#include <chrono>
+
+#include "core/models_list.h"
+#include "core/picker/policy_factory.h"
+#include "gateway/gateway.h"
+#include "gateway/health_checker.h"
+#include "gateway/scraper.h"
+
+namespace sluice {
+
+namespace {
+std::atomic<uint64_t> next_runtime_id{1};
+}
+
+PoolRuntime::PoolRuntime(const PoolConfig& config, uint64_t id_, uint64_t seed, PoolSeries s)
+    : id(id_), router(config, make_policy(config, seed)), health(router), series(s) {}
+
+PoolRuntime::~PoolRuntime() { retire(); }
+
+void PoolRuntime::retire() {
+  if (scrapers) scrapers->stop();
+  if (checkers) checkers->stop();
+}
+
+std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> config, const Generation* previous,
+                                             GatewayMetrics& metrics, uint64_t seed) {
+  auto gen = std::make_shared<Generation>();
+  gen->number = previous ? previous->number + 1 : 1;
+  gen->config = config;
+  for (const auto& pc : config->pools) {
+    std::shared_ptr<PoolRuntime> reuse;
+    if (previous && !pc.fingerprint.empty()) {
+      auto it = previous->pools.find(pc.name);
+      if (it != previous->pools.end() && it->second->config().fingerprint == pc.fingerprint) reuse = it->second;
+    }
+    if (!reuse) {
+      PoolSeries series{&metrics.duration.with({pc.name}), &metrics.ttft.with({pc.name}), &metrics.itl.with({pc.name}),
+                        &metrics.pick.with({pc.name})};
+      reuse = std::make_shared<PoolRuntime>(pc, next_runtime_id.fetch_add(1), seed++, series);
+    }
+    gen->pools.emplace(pc.name, std::move(reuse));
+  }
+  const auto created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  gen->models_json = models_list_json(*config, created);
+  for (const auto& m : config->models)
+    gen->ok_requests.emplace(m.name, &metrics.requests.with({m.pool, m.name, "200", "ok"}));
+  return gen;
+}
+
+}  // namespace sluice

@@ -1,0 +1,93 @@
+// A config generation: everything the gateway derives from one Config snapshot, swapped whole on a
+// SIGHUP reload (reload.h). A request takes the current generation once at its start
+// (Gateway::current) and uses only it to its end, so a reload never changes the config, the routes
+// or the router under a request in flight; the old generation lives until its last request ends.
+//
+// Pools survive reloads when their config is unchanged (same PoolConfig::fingerprint): the new
+// generation shares the old PoolRuntime, so the prefix index, the scraped signals, the in-flight
+// accounting, health and ejections, and the per-worker upstream connections (keyed by runtime id)
+// carry over. A changed or new pool gets a fresh runtime; a pool no longer in the config is retired
+// (its scrapers and health checks stop) and freed when its last request ends.
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "core/config.h"
+#include "core/picker/pool_router.h"
+#include "gateway/metrics.h"
+#include "gateway/pool_health.h"
+
+namespace sluice {
+
+class Scrapers;
+class HealthCheckers;
+struct AdmitRequest;
+struct AdmitResult;
+
+struct PoolSeries {
+  Histogram* duration;
+  Histogram* ttft;
+  Histogram* itl;
+  Histogram* pick;  // picker decision time
+};
+
+class PoolRuntime {
+ public:
+  PoolRuntime(const PoolConfig& config, uint64_t id, uint64_t seed, PoolSeries series);
+  ~PoolRuntime();
+  PoolRuntime(const PoolRuntime&) = delete;
+  PoolRuntime& operator=(const PoolRuntime&) = delete;
+
+  const PoolConfig& config() const { return router.config(); }
+  // Stops the background loops (scrapers, health checks); in-flight requests finish normally.
+  void retire();
+
+  const uint64_t id;  // unique per runtime in the process: keys the per-worker upstream slots
+  PoolRouter router;
+  PoolHealth health;
+  const PoolSeries series;
+  std::shared_ptr<Scrapers> scrapers;        // set when the server starts its loops
+  std::shared_ptr<HealthCheckers> checkers;
+};
+
+// The admission layer as one generation sees it (admission_driver.h implements it).
+class AdmissionRuntime {
+ public:
+  virtual ~AdmissionRuntime() = default;
+  virtual boost::asio::awaitable<AdmitResult> admit(const AdmitRequest& req) = 0;
+  // Appends its exposition text (queue depth, outstanding reservations).
+  virtual void render(std::string& out) = 0;
+  // The `tenants:` + `admission:` sections it was built from (reused across reloads when equal).
+  virtual const std::string& fingerprint() const = 0;
+};
+
+struct Generation {
+  uint64_t number = 1;
+  std::shared_ptr<const Config> config;
+  std::map<std::string, std::shared_ptr<PoolRuntime>, std::less<>> pools;
+  std::shared_ptr<AdmissionRuntime> admission;  // null: everything is admitted
+  std::string models_json;
+  std::map<std::string, Counter*, std::less<>> ok_requests;  // model -> {status 200, outcome ok}
+
+  PoolRuntime* pool(std::string_view name) const {
+    auto it = pools.find(name);
+    return it == pools.end() ? nullptr : it->second.get();
+  }
+  PoolRouter* router(std::string_view name) const {
+    PoolRuntime* p = pool(name);
+    return p ? &p->router : nullptr;
+  }
+};
+
+struct GatewayMetrics;
+
+// Builds a generation for `config`, reusing the runtimes of `previous` whose pool fingerprint is
+// unchanged. New runtimes have no loops yet (the server starts them). `admission` is set by the caller.
+std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> config, const Generation* previous,
+                                             GatewayMetrics& metrics, uint64_t seed);
+
+}  // namespace sluice
