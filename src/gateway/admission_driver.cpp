@@ -329,7 +329,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
     waiters_[cookie] = w;
     auto& ps = pool_locked(w->pool);
     ++ps.queued[w->priority];
-    ps.share.on_queued(w->tenant, w->weight, gw_.now());
+    ps.share.on_queued(w->tenant, w->weight, gw_.now(), w->priority);
   }
   areq.cookie = cookie;
   AdmissionResult r = admission_.admit(tenant, areq, saturated, gw_.now(), thread_rng());

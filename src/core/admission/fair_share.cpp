@@ -20,16 +20,17 @@ int64_t FairShare::demand(const State& s, Time now) const {
   return std::max<int64_t>(peak, 1);
 }
 
-double FairShare::active_weight(Time now) const {
+double FairShare::band_weight(int priority, Time now) const {
   double w = 0;
   for (const auto& s : ts_)
-    if (active(s, now)) w += s.weight;
+    if (s.priority == priority && active(s, now)) w += s.weight;
   return w;
 }
 
-void FairShare::on_queued(TenantId t, double weight, Time now) {
+void FairShare::on_queued(TenantId t, double weight, Time now, int priority) {
   State& s = at(t);
   s.weight = weight > 0 ? weight : 1.0;
+  s.priority = priority;
   s.queued += 1;
   s.seen = true;
   s.last_arrival = now;
@@ -59,19 +60,20 @@ void FairShare::on_finished(TenantId t) {
 double FairShare::share(TenantId t, int64_t capacity, Time now) const {
   if (t >= ts_.size()) return static_cast<double>(capacity);
   const State& self = ts_[t];
-  double total = active_weight(now);
+  double total = band_weight(self.priority, now);
   if (!active(self, now)) total += self.weight;
   return total > 0 ? static_cast<double>(capacity) * self.weight / total : static_cast<double>(capacity);
 }
 
 int64_t FairShare::reserved_for_others(TenantId t, int64_t capacity, Time now) const {
-  double total = active_weight(now);
-  if (t < ts_.size() && !active(ts_[t], now)) total += ts_[t].weight;
-  if (total <= 0) return 0;
+  const int priority = t < ts_.size() ? ts_[t].priority : 0;
   int64_t reserved = 0;
   for (TenantId o = 0; o < ts_.size(); ++o) {
     const State& s = ts_[o];
-    if (o == t || !active(s, now)) continue;
+    if (o == t || !active(s, now) || s.priority < priority) continue;
+    double total = band_weight(s.priority, now);
+    if (t < ts_.size() && ts_[t].priority == s.priority && !active(ts_[t], now)) total += ts_[t].weight;
+    if (total <= 0) continue;
     const auto share = static_cast<int64_t>(std::floor(static_cast<double>(capacity) * s.weight / total));
     reserved += std::max<int64_t>(0, std::min(share, demand(s, now) + c_.spare) - s.in_flight);
   }

@@ -11,14 +11,18 @@
  * Algorithm (one FairShare per pool; capacity C = healthy endpoints x max_in_flight_per_endpoint,
  * taken from the PoolRouter at each decision):
  *   - A tenant is active while it has requests queued or in flight for the pool, and for
- *     `active_window` after its last arrival.
- *   - share(t) = C * weight(t) / sum of the weights of the active tenants.
+ *     `active_window` after its last arrival. Its priority is that of its latest request.
+ *   - Strict priority comes first (the queue dispatches higher bands first): shares are split
+ *     within a priority band, share(t) = C * weight(t) / sum of the weights of the active tenants
+ *     of t's priority, and slots are kept only for tenants of t's priority or higher, so a
+ *     critical tenant is never held back for a lower band.
  *   - demand(t) = the peak of (queued + in flight) seen in the last active_window (at least 1 for
  *     an active tenant); reserve(t) = max(0, min(floor(share(t)), demand(t) + spare) - in_flight(t)):
  *     what t has recently needed plus `spare` slots, never more than its share.
  *   - A request of tenant t may dispatch when in_flight(t) < share(t) (below its share: always,
  *     room permitting), or when the slots free after setting aside reserve(o) for every other
- *     active tenant o are more than zero (above its share: only what nobody else is likely to need).
+ *     active tenant o of priority >= t's are more than zero (above its share: only what nobody
+ *     else is likely to need).
  * The caller still checks that the pool is not saturated (PoolRouter::saturated); this only decides
  * who may take a free slot. With one active tenant nothing is reserved (work-conserving); the
  * cost is at most sum(demand + spare) idle slots while quiet tenants are active.
@@ -47,8 +51,8 @@ class FairShare {
  public:
   explicit FairShare(FairShareConfig c = {}) : c_(c) {}
 
-  // A request of `t` joined the pool's queue.
-  void on_queued(TenantId t, double weight, Time now);
+  // A request of `t` (at `priority`) joined the pool's queue.
+  void on_queued(TenantId t, double weight, Time now, int priority = 0);
   // A queued request left without dispatch (expired, client gone, refused).
   void on_left_queue(TenantId t);
   // A queued request was dispatched (now in flight).
@@ -68,6 +72,7 @@ class FairShare {
  private:
   struct State {
     double weight = 1.0;
+    int priority = 0;
     int64_t queued = 0;
     int64_t in_flight = 0;
     Time last_arrival{0};
@@ -77,7 +82,7 @@ class FairShare {
   };
   bool active(const State& s, Time now) const;
   int64_t demand(const State& s, Time now) const;
-  double active_weight(Time now) const;
+  double band_weight(int priority, Time now) const;  // active tenants of that priority
   State& at(TenantId t);
 
   FairShareConfig c_;

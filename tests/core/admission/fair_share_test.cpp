@@ -84,6 +84,31 @@ TEST(FairShare, RecentPeakDemandIsReservedNotJustTheCurrentOne) {
   EXPECT_EQ(fs.reserved_for_others(kNoisy, 16, seconds(12) + milliseconds(1)), 2);
 }
 
+// Strict priority first: shares are split within a band, and slots are kept only for tenants of the
+// same or a higher priority.
+TEST(FairShare, NoSlotsKeptForALowerBand) {
+  constexpr TenantId kCritical = 2;
+  FairShare fs;
+  fs.on_queued(kLight, 1.0, Time{0}, 0);  // a quiet standard tenant, active
+  fs.on_dispatched(kLight);
+  fs.on_finished(kLight);
+  EXPECT_DOUBLE_EQ(fs.share(kLight, 8, Time{0}), 8.0);  // alone in its band
+  int64_t in_flight = 0;
+  while (in_flight < 8 && fs.may_dispatch(kCritical, 8, in_flight, Time{0})) {
+    fs.on_queued(kCritical, 1.0, Time{0}, 2);
+    fs.on_dispatched(kCritical);
+    ++in_flight;
+  }
+  EXPECT_EQ(in_flight, 8);  // nothing was kept back for the lower band
+  EXPECT_EQ(fs.reserved_for_others(kCritical, 8, Time{0}), 0);
+  // The other way round: a standard tenant above its share leaves room for the critical one.
+  FairShare up;
+  up.on_queued(kCritical, 1.0, Time{0}, 2);
+  up.on_dispatched(kCritical);
+  up.on_finished(kCritical);
+  EXPECT_EQ(up.reserved_for_others(kNoisy, 8, Time{0}), 2);  // min(share 8, demand 1 + spare 1)
+}
+
 TEST(FairShare, DisabledAlwaysAllows) {
   FairShare fs(FairShareConfig{false, seconds(10), 1});
   start(fs, kLight, Time{0});
