@@ -25,7 +25,7 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(20);  // waiter tick: client gone? pool room?
-constexpr size_t kTenantLabels = 32;                    // tenants beyond this are labelled "other"
+constexpr size_t kTenantLabels = 32;  // the first 32 tenants to be charged keep their name, later ones are "other"
 constexpr std::string_view kPriorityHeader = "x-sluice-priority";
 
 AdmissionRng& thread_rng() {
@@ -101,13 +101,9 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
             "sluice_queue_time_seconds", "Time spent in the gateway's admission queue.", {"pool", "priority"},
             duration_buckets())),
         tenant_tokens_(gw.registry().counter("sluice_tenant_tokens_total",
-                                             "Tokens charged per tenant (top tenants by config order, rest other).",
+                                             "Tokens charged per tenant (the first 32 tenants charged by name, later ones other).",
                                              {"tenant", "direction"})) {
-    const auto& ts = admission_.tenants().tenants();
-    for (size_t i = 0; i < ts.size(); ++i) {
-      const std::string_view name = i < kTenantLabels ? std::string_view(ts[i].name) : std::string_view("other");
-      token_series_.push_back({&tenant_tokens_.with({name, "input"}), &tenant_tokens_.with({name, "output"})});
-    }
+    token_series_.resize(admission_.tenants().tenants().size());
     fair_share_ = cfg.fair_share;
   }
 
@@ -118,8 +114,20 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
   void finished(Waiter& w);  // the admitted request ended (whatever way)
   void charge(size_t label, int64_t in, int64_t out) {
     if (label >= token_series_.size()) return;
-    if (in > 0) token_series_[label].input->inc(static_cast<double>(in));
-    if (out > 0) token_series_[label].output->inc(static_cast<double>(out));
+    TenantSeries ts;
+    {
+      std::lock_guard lock(labels_mu_);
+      TenantSeries& slot = token_series_[label];
+      if (slot.input == nullptr) {  // first charge: a name while labels last (bounded cardinality)
+        const std::string_view name = labelled_ < kTenantLabels ? std::string_view(admission_.tenants().tenants()[label].name)
+                                                                : std::string_view("other");
+        labelled_ += name == "other" ? 0 : 1;
+        slot = {&tenant_tokens_.with({name, "input"}), &tenant_tokens_.with({name, "output"})};
+      }
+      ts = slot;
+    }
+    if (in > 0) ts.input->inc(static_cast<double>(in));
+    if (out > 0) ts.output->inc(static_cast<double>(out));
   }
   void forget(const std::shared_ptr<Waiter>& w, uintptr_t cookie);
   Time now() const { return gw_.now(); }
@@ -131,8 +139,8 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
     FairShare share;                // tenants' shares of the pool's slots
   };
   struct TenantSeries {
-    Counter* input;
-    Counter* output;
+    Counter* input = nullptr;
+    Counter* output = nullptr;
   };
   void dispatch();
   // The waiters' tick: at most one dispatch() per kPoll however many wait (room can appear
@@ -158,7 +166,9 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
   Admission admission_;
   HistogramFamily& queue_time_;
   CounterFamily& tenant_tokens_;
-  std::vector<TenantSeries> token_series_;
+  std::mutex labels_mu_;
+  std::vector<TenantSeries> token_series_;  // by TenantId, set at the tenant's first charge
+  size_t labelled_ = 0;
 
   std::mutex mu_;  // see the file comment
   std::unordered_map<uintptr_t, std::shared_ptr<Waiter>> waiters_;  // queued, by cookie
