@@ -102,7 +102,10 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
             duration_buckets())),
         tenant_tokens_(gw.registry().counter("sluice_tenant_tokens_total",
                                              "Tokens charged per tenant (the first 32 tenants charged by name, later ones other).",
-                                             {"tenant", "direction"})) {
+                                             {"tenant", "direction"})),
+        admitted_(gw.registry().counter("sluice_admitted_total",
+                                        "Requests admitted: dispatched from the admission queue to an endpoint.",
+                                        {"pool", "priority"})) {
     token_series_.resize(admission_.tenants().tenants().size());
     fair_share_ = cfg.fair_share;
   }
@@ -166,6 +169,7 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
   Admission admission_;
   HistogramFamily& queue_time_;
   CounterFamily& tenant_tokens_;
+  CounterFamily& admitted_;
   std::mutex labels_mu_;
   std::vector<TenantSeries> token_series_;  // by TenantId, set at the tenant's first charge
   size_t labelled_ = 0;
@@ -246,6 +250,7 @@ void Driver::dispatch() {
       --ps.queued[w->priority];
       ++ps.popped;
       ps.share.on_dispatched(w->tenant);
+      admitted_.with({w->pool, std::to_string(w->priority)}).inc();
       w->state = Waiter::State::popped;
       w->waited = d->waited;
       woken.push_back(std::move(w));

@@ -258,6 +258,7 @@ class BudgetsAndAuth(unittest.TestCase):
         self.assertGreaterEqual(metric(m, "sluice_rejects_total", reason="rate_limit") or 0, 1)
         self.assertGreaterEqual(metric(m, "sluice_rejects_total", reason="too_large") or 0, 1)
         self.assertGreaterEqual(metric(m, "sluice_rejects_total", reason="unauthorized") or 0, 0)
+        self.assertGreaterEqual(metric(m, "sluice_admitted_total", pool="chat") or 0, 1)  # the first request went
 
 
 class KeyNotForwarded(unittest.TestCase):
@@ -297,6 +298,7 @@ class Saturation(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.sim, ports = start_sim(1, "--time-scale", "1")
+        cls.sim_port = ports[0]
         tenants = f"""  - name: crit
     key_sha256: [{sha("key-crit")}]
     priority: 1
@@ -391,6 +393,9 @@ class Saturation(unittest.TestCase):
     def test_stream_cut_is_charged_what_was_delivered(self):
         m0 = get(self.admin, "/metrics")[1]
         out0 = metric(m0, "sluice_tenant_tokens_total", tenant="crit", direction="output") or 0
+        e0 = get(self.sim_port, "/metrics")[1]
+        gen0 = metric(e0, "vllm:generation_tokens_total") or 0
+        abort0 = metric(e0, "vllm:request_success_total", finished_reason="abort") or 0
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         c.request("POST", "/v1/chat/completions", body=body("tell me a long story", 400, stream=True),
                   headers={"content-type": "application/json", "authorization": "Bearer key-crit"})
@@ -413,7 +418,19 @@ class Saturation(unittest.TestCase):
                 break
             time.sleep(0.05)
         charged = out - out0
-        print(f"\n  stream cut after {got} token events: charged {charged:.0f} output tokens (bound 400)")
+        # The engine stopped at once: the request was aborted, having generated only a step or two
+        # more than the client received (7.5 ms per step at time scale 1).
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            e1 = get(self.sim_port, "/metrics")[1]
+            if (metric(e1, "vllm:request_success_total", finished_reason="abort") or 0) > abort0:
+                break
+            time.sleep(0.02)
+        generated = (metric(e1, "vllm:generation_tokens_total") or 0) - gen0
+        print(f"\n  stream cut after {got} token events: charged {charged:.0f} output tokens (bound 400); "
+              f"the engine generated {generated:.0f} and aborted")
+        self.assertEqual((metric(e1, "vllm:request_success_total", finished_reason="abort") or 0), abort0 + 1)
+        self.assertLessEqual(generated, got + 5)
         self.assertGreaterEqual(charged, got)
         self.assertLess(charged, got + 30)
 
