@@ -14,6 +14,9 @@
 //   - `listen`, `admin` and `workers` need a restart: a change is logged and ignored.
 // Connections and requests in flight are never dropped: each request keeps the generation it
 // started with to its end.
+// Known limits of a changed pool's fresh runtime: its in-flight caps do not count requests still
+// running on the old runtime (briefly up to twice the cap per endpoint), its endpoints start
+// healthy until probes say otherwise, and its prefix index starts cold.
 #pragma once
 #include <functional>
 #include <memory>
