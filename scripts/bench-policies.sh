@@ -3,8 +3,8 @@
 # bench/results/<name>.json (one JSON object per run), <name>.md (tables, goals check, the command)
 # and <name>-*.png (gnuplot).
 #
-# usage: scripts/bench-policies.sh [suite...]     suites: llmd8 llmd64 sglang8 sglang64 mixes quick
-#        (no suite: llmd8 llmd64 sglang8 sglang64 mixes)
+# usage: scripts/bench-policies.sh [suite...]     suites: llmd8 llmd64 sglang8 sglang64 mixes tenants quick
+#        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,16 +51,28 @@ suite() {
         --replicas 8 --workload cost_mix --rates 20,40,60,80,100 --requests 4000
       run tenants-8 "Noisy neighbour (one tenant sends 10x the tokens), 8 replicas" --policy "$ALL" \
         --replicas 8 --workload tenants --rates 40,80,120,160 --requests 4000 --tenants
-      # The same at saturation behind a gateway queue (8 in flight per replica): FIFO vs the admission
-      # layer's VTC queue. Per-tenant figures are in the .txt.
+      suite tenants
+      run lora-8 "LoRA mix (8 adapters, Zipf 1.0, max 4 resident), 8 replicas" --policy "$ALL" \
+        --replicas 8 --workload lora_mix --rates 20,40,80,120,160 --requests 4000 ;;
+    tenants)
+      # The same at saturation behind a gateway queue (4 in flight per replica): FIFO vs the admission
+      # layer's VTC queue alone vs VTC + fair shares of the slots (the live gateway's default). Per-tenant
+      # figures are in the .txt. The light variant has tenants that are really light (noisy x30).
       run tenants-fifo-4 "Noisy neighbour at saturation, gateway FIFO queue, 4 replicas" \
         --policy round_robin,least_request,sluice --replicas 4 --workload tenants,input=300,output=50 \
         --rates 60,120 --requests 3000 --max-in-flight 4 --tenants
-      run tenants-vtc-4 "Noisy neighbour at saturation, gateway VTC queue (core/admission), 4 replicas" \
+      run tenants-vtc-4 "Noisy neighbour at saturation, gateway VTC queue alone (core/admission), 4 replicas" \
+        --policy round_robin,least_request,sluice --replicas 4 --workload tenants,input=300,output=50 \
+        --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --no-fair-share --tenants
+      run tenants-fair-4 "Noisy neighbour at saturation, gateway VTC queue + fair shares of the slots, 4 replicas" \
         --policy round_robin,least_request,sluice --replicas 4 --workload tenants,input=300,output=50 \
         --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --tenants
-      run lora-8 "LoRA mix (8 adapters, Zipf 1.0, max 4 resident), 8 replicas" --policy "$ALL" \
-        --replicas 8 --workload lora_mix --rates 20,40,80,120,160 --requests 4000 ;;
+      run tenants-light-vtc-4 "Light tenants (noisy x30) at saturation, VTC queue alone, 4 replicas" \
+        --policy least_request,sluice --replicas 4 --workload tenants,factor=30,input=300,output=50 \
+        --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --no-fair-share --tenants
+      run tenants-light-fair-4 "Light tenants (noisy x30) at saturation, VTC queue + fair shares, 4 replicas" \
+        --policy least_request,sluice --replicas 4 --workload tenants,factor=30,input=300,output=50 \
+        --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --tenants ;;
     *) echo "unknown suite $1" >&2; exit 2 ;;
   esac
 }

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/admission/admission_queue.h"
+#include "core/admission/fair_share.h"
 #include "core/config.h"
 #include "core/json_escape.h"
 #include "core/picker/oracle_policy.h"
@@ -80,6 +81,7 @@ class Simulation {
     }
     router_ = std::make_unique<PoolRouter>(pool, std::move(policy));
     if (cfg.fair_queue) fair_.emplace();
+    if (cfg.fair_queue && cfg.fair_share) share_.emplace();
     for (size_t i = 0; i < cfg.replicas; ++i) {
       auto ec = cfg.engine;
       ec.seed = cfg.engine.seed + i * 7919;
@@ -158,18 +160,14 @@ class Simulation {
     pending_.pop_front();
     if (!closed_loop()) pull_next(now_);
     const uint64_t id = next_id_++;
-    if (router_->at_capacity()) {
-      if (!fair_) {
-        gateway_queue_.push_back(Queued{std::move(req), id, now_});
-        return;
-      }
+    if (fair_) {  // as the live gateway: every request passes the admission queue
       const auto text = req.rendered();
       QueueRequest q;
       q.tenant = tenant_id(req.tenant);
       q.input_tokens = estimate_tokens(text);
       q.bytes = text.size();
       q.cookie = id;
-      auto placed = fair_->enqueue(q, false, now_, admission_rng_);
+      auto placed = fair_->enqueue(q, saturated(), now_, admission_rng_);
       if (!placed.ok()) {
         Flight f;
         f.tenant = req.tenant;
@@ -177,11 +175,21 @@ class Simulation {
         record(f, placed.denial->error.status);
         return;
       }
+      if (share_) share_->on_queued(q.tenant, q.weight, now_, q.priority);
       parked_.emplace(id, Queued{std::move(req), id, now_});
+      drain();
+      return;
+    }
+    if (saturated()) {
+      gateway_queue_.push_back(Queued{std::move(req), id, now_});
       return;
     }
     dispatch(std::move(req), id, now_);
   }
+
+  // The live gateway's rule (admission_driver.cpp): the pool is saturated when every healthy
+  // endpoint is at the in-flight cap or, by fresh engine signals, at the saturation limits.
+  bool saturated() const { return cfg_.max_in_flight_per_endpoint > 0 && router_->saturated(now_); }
 
   struct Queued {
     WorkloadRequest req;
@@ -220,6 +228,7 @@ class Simulation {
     f.dispatched = now_;
     f.input_tokens = int64_t(er.prompt.size());
     if (ranked.empty()) {
+      if (share_) share_->on_finished(f.tenant_id);
       record(f, 503);
       return;
     }
@@ -229,6 +238,7 @@ class Simulation {
     const auto err = rep.engine->submit(std::move(er), now_);
     if (err != engine::SubmitError::none) {
       f.guard.release();
+      if (share_) share_->on_finished(f.tenant_id);
       record(f, 400);
       return;
     }
@@ -270,6 +280,7 @@ class Simulation {
         const int status = *out.finished == engine::FinishReason::abort ? 500 : 200;
         f.guard.release();
         record(f, status);
+        if (share_) share_->on_finished(f.tenant_id);
         flights_.erase(it);
         on_slot_freed();
       }
@@ -278,21 +289,33 @@ class Simulation {
   }
 
   void on_slot_freed() {
-    while (!gateway_queue_.empty() && !router_->at_capacity()) {
+    drain();
+    if (closed_loop()) pull_next(now_);
+  }
+
+  // Dispatches queued requests while there is room (and, with fair shares, a tenant may take it).
+  void drain() {
+    while (!gateway_queue_.empty() && !saturated()) {
       auto q = std::move(gateway_queue_.front());
       gateway_queue_.pop_front();
       dispatch(std::move(q.req), q.id, q.sent);
     }
-    while (fair_ && !parked_.empty() && !router_->at_capacity()) {
-      auto d = fair_->pop_next(now_);
+    const auto eligible = [this](TenantId t, uintptr_t) {
+      if (saturated()) return false;
+      if (!share_) return true;
+      const auto occ = router_->occupancy();
+      return share_->may_dispatch(t, occ.capacity, occ.in_flight, now_);
+    };
+    while (fair_ && !parked_.empty()) {
+      auto d = fair_->pop_next(now_, eligible);
       if (!d) break;
+      if (share_) share_->on_dispatched(d->tenant);
       auto it = parked_.find(d->cookie);
       if (it == parked_.end()) continue;
       auto q = std::move(it->second);
       parked_.erase(it);
       dispatch(std::move(q.req), q.id, q.sent);
     }
-    if (closed_loop()) pull_next(now_);
   }
 
   void record(const Flight& f, int status) {
@@ -319,6 +342,7 @@ class Simulation {
       f.sent = it->second.sent;
       f.dispatched = now_;
       parked_.erase(it);
+      if (share_) share_->on_left_queue(x.tenant);
       record(f, x.denial.error.status);
     }
   }
@@ -360,6 +384,7 @@ class Simulation {
   std::deque<WorkloadRequest> pending_;
   std::deque<Queued> gateway_queue_;
   std::optional<AdmissionQueue> fair_;
+  std::optional<FairShare> share_;  // with fair_ unless disabled: fair shares of the slots
   std::unordered_map<uint64_t, Queued> parked_;  // in `fair_`, by id (the queue's cookie)
   std::unordered_map<std::string, TenantId> tenant_ids_;
   AdmissionRng admission_rng_{7};

@@ -11,10 +11,12 @@
 //   scrape      every scrape interval, each replica's stats are copied into EngineSignals
 //               (waiting, running, KV usage, block size, capacity, prefix counters, LoRA, duty
 //               cycle) through PoolRouter::update_signals, as the live scraper does.
-// Gateway queue (optional, --max-in-flight): when every replica is at the pool's in-flight cap, a
-// request waits at the gateway and is dispatched when a request finishes (late binding). The queue
-// is a FIFO, or with `fair_queue` the admission layer's AdmissionQueue (core/admission: VTC
-// fairness between tenants, 30 s queue TTL -> 503, output charged as it streams).
+// Gateway queue (optional, --max-in-flight): when the pool is saturated (PoolRouter::saturated, the
+// live gateway's rule: every replica at the in-flight cap or, by fresh signals, at the engine queue /
+// KV limits), a request waits at the gateway and is dispatched when a request finishes (late
+// binding). The queue is a FIFO, or with `fair_queue` the admission layer's AdmissionQueue
+// (core/admission: VTC fairness between tenants, 30 s queue TTL -> 503, output charged as it
+// streams) with the live gateway's FairShare of the slots (unless `fair_share` is off).
 // The `oracle` policy is OraclePolicy with its callback wired to the replicas' true KV caches.
 #pragma once
 #include <cstdint>
@@ -39,6 +41,7 @@ struct FleetConfig {
   Duration stale_after = std::chrono::milliseconds(500);
   int max_in_flight_per_endpoint = 0;    // 0 = no gateway queue (dispatch at once)
   bool fair_queue = false;               // VTC AdmissionQueue instead of a FIFO
+  bool fair_share = true;                // with fair_queue: FairShare of the slots (fair_share.h)
   std::string workload;                  // spec, see core/workload/workload.h
   workload::ArrivalSpec arrivals;
   workload::WorkloadLimits limits;

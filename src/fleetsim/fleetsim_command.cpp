@@ -35,6 +35,7 @@ struct Flags {
   double scrape_ms = 50, stale_ms = 500;
   int max_in_flight = 0;
   bool fair_queue = false;
+  bool no_fair_share = false;
   double slo_ttft_ms = 1000, slo_itl_ms = 50;
   bool json = false, tenants = false;
   std::string json_out;
@@ -68,6 +69,7 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   c.stale_after = from_millis(f.stale_ms);
   c.max_in_flight_per_endpoint = f.max_in_flight;
   c.fair_queue = f.fair_queue;
+  c.fair_share = !f.no_fair_share;
   if (f.fair_queue && f.max_in_flight <= 0) return std::string("--fair-queue needs --max-in-flight (the gateway queue)");
   c.workload = f.workload;
   if (!workload::parse_arrival_kind(f.arrival, c.arrivals.kind))
@@ -202,7 +204,9 @@ void add_fleetsim_command(CLI::App& app) {
                   "Gateway in-flight cap per replica; beyond it requests queue at the gateway (0 = none)")
       ->capture_default_str();
   cmd->add_flag("--fair-queue", flags->fair_queue,
-                "Order the gateway queue by the admission layer's VTC fairness between tenants (30 s TTL)");
+                "Order the gateway queue by the admission layer's VTC fairness between tenants (30 s TTL), "
+                "with fair shares of the slots");
+  cmd->add_flag("--no-fair-share", flags->no_fair_share, "With --fair-queue: VTC order only, no fair shares of the slots");
   cmd->add_option("--slo-ttft-ms", flags->slo_ttft_ms, "Goodput SLO on TTFT")->capture_default_str();
   cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object per run instead of the table");

@@ -136,5 +136,26 @@ TEST(FleetSim, FairQueueProtectsQuietTenants) {
   EXPECT_GT(fair.figures.tenants["noisy"].ttft.p90, quiet_fair);
 }
 
+// Light tenants (the noisy one sends 30x each of their tokens): with the VTC order alone their
+// requests still wait for one of the noisy tenant's slots to free; the fair share of the slots keeps
+// one ready (the live gateway's rule, admission/fair_share.h). The noisy tenant pays in throughput.
+TEST(FleetSim, FairSharesKeepSlotsForLightTenants) {
+  auto c = small_fleet("least_request", 60);
+  c.workload = "tenants,tenants=4,factor=30,input=300,output=50";
+  c.max_in_flight_per_endpoint = 4;
+  c.limits.max_requests = 1500;
+  c.fair_queue = true;
+  c.fair_share = false;
+  auto vtc_only = run_ok(c);
+  c.fair_share = true;
+  auto shares = run_ok(c);
+  for (const char* t : {"tenant-1", "tenant-2", "tenant-3"}) {
+    const auto without = vtc_only.figures.tenants[t].ttft.p90;
+    const auto with = shares.figures.tenants[t].ttft.p90;
+    EXPECT_LT(with, without / 3) << t << ": vtc only " << without << " s, with fair shares " << with << " s";
+  }
+  EXPECT_GT(shares.figures.tenants["noisy"].ttft.p90, vtc_only.figures.tenants["noisy"].ttft.p90);
+}
+
 }  // namespace
 }  // namespace sluice::fleetsim

@@ -28,6 +28,10 @@
  * cost is at most sum(demand + spare) idle slots while quiet tenants are active.
  * Under saturation by engine signals (queue depth, KV) below the hard cap, nobody dispatches and
  * the light tenant is protected by the queue's VTC order only.
+ * Trade-off (fleet simulator, 4 replicas x 4 slots, 3x overload, bench/results/tenants-*-4): for
+ * really light tenants it cuts their TTFT several-fold versus VTC order alone; for "quiet" tenants
+ * whose demand is close to their share, their bursts above the share wait for their own slots, so
+ * p50 improves but p90 can get worse; the noisy tenant loses throughput to the idle reserve.
  * Defaults: enabled, active_window 10 s, spare 1 slot.
  *
  * Pure: time is passed in; not thread-safe (the admission driver serialises access).
