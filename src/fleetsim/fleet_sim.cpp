@@ -228,7 +228,7 @@ class Simulation {
     f.dispatched = now_;
     f.input_tokens = int64_t(er.prompt.size());
     if (ranked.empty()) {
-      if (share_) share_->on_finished(f.tenant_id);
+      if (share_) share_->on_finished(f.tenant_id, now_);
       record(f, 503);
       return;
     }
@@ -238,7 +238,7 @@ class Simulation {
     const auto err = rep.engine->submit(std::move(er), now_);
     if (err != engine::SubmitError::none) {
       f.guard.release();
-      if (share_) share_->on_finished(f.tenant_id);
+      if (share_) share_->on_finished(f.tenant_id, now_);
       record(f, 400);
       return;
     }
@@ -280,7 +280,7 @@ class Simulation {
         const int status = *out.finished == engine::FinishReason::abort ? 500 : 200;
         f.guard.release();
         record(f, status);
-        if (share_) share_->on_finished(f.tenant_id);
+        if (share_) share_->on_finished(f.tenant_id, now_);
         flights_.erase(it);
         on_slot_freed();
       }
@@ -342,7 +342,7 @@ class Simulation {
       f.sent = it->second.sent;
       f.dispatched = now_;
       parked_.erase(it);
-      if (share_) share_->on_left_queue(x.tenant);
+      if (share_) share_->on_left_queue(x.tenant, now_);
       record(f, x.denial.error.status);
     }
   }

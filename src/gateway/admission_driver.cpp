@@ -270,7 +270,7 @@ void Driver::expire() {
       waiters_.erase(it);
       auto& ps = pool_locked(w->pool);
       --ps.queued[w->priority];
-      ps.share.on_left_queue(w->tenant);
+      ps.share.on_left_queue(w->tenant, gw_.now());
       w->state = Waiter::State::expired;
       w->waited = x.waited;
       w->denial = std::move(x.denial);
@@ -293,7 +293,7 @@ void Driver::placed(Waiter& w) {
 void Driver::finished(Waiter& w) {
   {
     std::lock_guard lock(mu_);
-    if (w.state == Waiter::State::popped) pool_locked(w.pool).share.on_finished(w.tenant);
+    if (w.state == Waiter::State::popped) pool_locked(w.pool).share.on_finished(w.tenant, gw_.now());
   }
   dispatch();
 }
@@ -305,7 +305,7 @@ void Driver::forget(const std::shared_ptr<Waiter>& w, uintptr_t cookie) {
   waiters_.erase(it);
   auto& ps = pool_locked(w->pool);
   --ps.queued[w->priority];
-  ps.share.on_left_queue(w->tenant);
+  ps.share.on_left_queue(w->tenant, gw_.now());
 }
 
 asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {

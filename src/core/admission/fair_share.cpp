@@ -14,10 +14,24 @@ bool FairShare::active(const State& s, Time now) const {
   return s.queued > 0 || s.in_flight > 0 || (s.seen && now - s.last_arrival <= c_.active_window);
 }
 
+double FairShare::average(const State& s, Time now) const {
+  const double current = static_cast<double>(s.queued + s.in_flight);
+  const double dt = to_seconds(now - s.avg_at);
+  const double tau = std::max(1e-3, to_seconds(c_.active_window) / 4);
+  if (dt <= 0) return s.avg;
+  const double keep = std::exp(-dt / tau);  // the count held `current` since avg_at
+  return s.avg * keep + current * (1 - keep);
+}
+
+void FairShare::settle(State& s, Time now) {
+  s.avg = average(s, now);
+  s.avg_at = std::max(s.avg_at, now);
+}
+
 int64_t FairShare::demand(const State& s, Time now) const {
-  const int64_t current = s.queued + s.in_flight;
-  const int64_t peak = now - s.peak_at <= c_.active_window ? std::max(s.peak, current) : current;
-  return std::max<int64_t>(peak, 1);
+  // ceil, forgiving float noise: an average of 1.0000001 is one slot, not two
+  const auto avg = static_cast<int64_t>(std::ceil(average(s, now) - 1e-6));
+  return std::max<int64_t>(avg, 1);
 }
 
 double FairShare::band_weight(int priority, Time now) const {
@@ -29,20 +43,17 @@ double FairShare::band_weight(int priority, Time now) const {
 
 void FairShare::on_queued(TenantId t, double weight, Time now, int priority) {
   State& s = at(t);
+  settle(s, now);
   s.weight = weight > 0 ? weight : 1.0;
   s.priority = priority;
   s.queued += 1;
   s.seen = true;
   s.last_arrival = now;
-  const int64_t current = s.queued + s.in_flight;
-  if (now - s.peak_at > c_.active_window || current > s.peak) {
-    s.peak = now - s.peak_at > c_.active_window ? current : std::max(s.peak, current);
-    s.peak_at = now;
-  }
 }
 
-void FairShare::on_left_queue(TenantId t) {
+void FairShare::on_left_queue(TenantId t, Time now) {
   State& s = at(t);
+  settle(s, now);
   if (s.queued > 0) s.queued -= 1;
 }
 
@@ -52,8 +63,9 @@ void FairShare::on_dispatched(TenantId t) {
   s.in_flight += 1;
 }
 
-void FairShare::on_finished(TenantId t) {
+void FairShare::on_finished(TenantId t, Time now) {
   State& s = at(t);
+  settle(s, now);
   if (s.in_flight > 0) s.in_flight -= 1;
 }
 

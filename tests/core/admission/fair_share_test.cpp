@@ -30,36 +30,37 @@ TEST(FairShare, AloneATenantMayTakeEverySlot) {
 }
 
 TEST(FairShare, KeepsHeadroomForAQuietTenantAboveTheNoisyOnesShare) {
-  FairShare fs;  // spare 1, window 10 s
+  FairShare fs;  // spare 0, window 10 s
   const Time t0{0};
-  // The light tenant sent one request a moment ago; it finished. It stays active for the window.
+  // The light tenant sent one request a moment ago (200 ms); it finished. It stays active for the window.
   start(fs, kLight, t0);
-  fs.on_finished(kLight);
-  // Noisy fills its share (4 of 8) freely; above it, it must leave the light tenant demand 1 + spare 1.
+  fs.on_finished(kLight, t0 + milliseconds(200));
+  // Noisy fills its share (4 of 8) freely; above it, it must leave the light tenant its demand (1).
+  const Time t1 = t0 + milliseconds(300);
   int64_t in_flight = 0;
-  while (fs.may_dispatch(kNoisy, 8, in_flight, t0 + milliseconds(10))) {
-    start(fs, kNoisy, t0 + milliseconds(10));
+  while (fs.may_dispatch(kNoisy, 8, in_flight, t1)) {
+    start(fs, kNoisy, t1);
     ++in_flight;
     ASSERT_LE(in_flight, 8);
   }
-  EXPECT_EQ(in_flight, 6);  // 8 slots - reserve min(share 4, demand 1 + spare 1) = 2
-  EXPECT_DOUBLE_EQ(fs.share(kNoisy, 8, t0 + milliseconds(10)), 4.0);
-  EXPECT_EQ(fs.reserved_for_others(kNoisy, 8, t0 + milliseconds(10)), 2);
-  // The light tenant below its share goes at once, into the slots kept for it.
-  EXPECT_TRUE(fs.may_dispatch(kLight, 8, in_flight, t0 + milliseconds(20)));
-  start(fs, kLight, t0 + milliseconds(20));
-  EXPECT_EQ(fs.reserved_for_others(kNoisy, 8, t0 + milliseconds(20)), 1);
+  EXPECT_EQ(in_flight, 7);  // 8 slots - reserve min(share 4, demand 1 + spare 0) = 1
+  EXPECT_DOUBLE_EQ(fs.share(kNoisy, 8, t1), 4.0);
+  EXPECT_EQ(fs.reserved_for_others(kNoisy, 8, t1), 1);
+  // The light tenant below its share goes at once, into the slot kept for it.
+  EXPECT_TRUE(fs.may_dispatch(kLight, 8, in_flight, t1 + milliseconds(10)));
+  start(fs, kLight, t1 + milliseconds(10));
+  EXPECT_EQ(fs.reserved_for_others(kNoisy, 8, t1 + milliseconds(10)), 0);
   // After the window without light arrivals the reserve is released: noisy may fill the pool.
-  fs.on_finished(kLight);
-  EXPECT_FALSE(fs.may_dispatch(kNoisy, 8, 6, t0 + seconds(5)));
-  EXPECT_TRUE(fs.may_dispatch(kNoisy, 8, 6, t0 + seconds(11)));
+  fs.on_finished(kLight, t1 + milliseconds(200));
+  EXPECT_FALSE(fs.may_dispatch(kNoisy, 8, 7, t0 + seconds(5)));
+  EXPECT_TRUE(fs.may_dispatch(kNoisy, 8, 7, t0 + seconds(11)));
   EXPECT_EQ(fs.reserved_for_others(kNoisy, 8, t0 + seconds(11)), 0);
 }
 
 TEST(FairShare, ReserveNeverExceedsTheQuietTenantsShare) {
   FairShare fs(FairShareConfig{true, seconds(10), 100});  // a huge spare is capped by the share
   start(fs, kLight, Time{0});
-  fs.on_finished(kLight);
+  fs.on_finished(kLight, Time{0});
   EXPECT_EQ(fs.reserved_for_others(kNoisy, 8, Time{0}), 4);
   EXPECT_EQ(fs.reserved_for_others(kNoisy, 9, Time{0}), 4);  // floor(4.5)
 }
@@ -72,16 +73,18 @@ TEST(FairShare, WeightsSplitTheShares) {
   EXPECT_DOUBLE_EQ(fs.share(kLight, 16, Time{0}), 4.0);
 }
 
-TEST(FairShare, RecentPeakDemandIsReservedNotJustTheCurrentOne) {
+// The reserve follows the tenant's average concurrency (time constant window / 4 = 2.5 s), not
+// its peak: three requests held for 5 s leave a reserve of 3 that decays to 1 as the tenant idles.
+TEST(FairShare, AverageDemandIsReservedAndDecays) {
   FairShare fs;
-  for (int i = 0; i < 3; ++i) start(fs, kLight, Time{0});  // a burst of 3
-  for (int i = 0; i < 3; ++i) fs.on_finished(kLight);
-  // 16 slots, share 8: reserve min(8, peak 3 + spare 1) = 4 while the peak is recent.
-  EXPECT_EQ(fs.reserved_for_others(kNoisy, 16, seconds(1)), 4);
-  // A new window forgets the old peak (demand back to 1 after the next arrival).
-  start(fs, kLight, seconds(12));
-  fs.on_finished(kLight);
-  EXPECT_EQ(fs.reserved_for_others(kNoisy, 16, seconds(12) + milliseconds(1)), 2);
+  for (int i = 0; i < 3; ++i) start(fs, kLight, Time{0});
+  for (int i = 0; i < 3; ++i) fs.on_finished(kLight, seconds(5));  // average now 3 * (1 - e^-2) = 2.59
+  EXPECT_EQ(fs.reserved_for_others(kNoisy, 16, seconds(5) + milliseconds(1)), 3);
+  EXPECT_EQ(fs.reserved_for_others(kNoisy, 16, seconds(9)), 1);  // 2.59 * e^-1.6 = 0.52 -> 1
+  // A noisy tenant's own in-flight requests count: they use its reserve, not the others'.
+  FairShare busy;
+  for (int i = 0; i < 2; ++i) start(busy, kLight, Time{0});
+  EXPECT_EQ(busy.reserved_for_others(kNoisy, 16, seconds(5)), 0);  // average ~1.7 -> 2, both in flight
 }
 
 // Strict priority first: shares are split within a band, and slots are kept only for tenants of the
@@ -91,7 +94,7 @@ TEST(FairShare, NoSlotsKeptForALowerBand) {
   FairShare fs;
   fs.on_queued(kLight, 1.0, Time{0}, 0);  // a quiet standard tenant, active
   fs.on_dispatched(kLight);
-  fs.on_finished(kLight);
+  fs.on_finished(kLight, Time{0});
   EXPECT_DOUBLE_EQ(fs.share(kLight, 8, Time{0}), 8.0);  // alone in its band
   int64_t in_flight = 0;
   while (in_flight < 8 && fs.may_dispatch(kCritical, 8, in_flight, Time{0})) {
@@ -105,8 +108,8 @@ TEST(FairShare, NoSlotsKeptForALowerBand) {
   FairShare up;
   up.on_queued(kCritical, 1.0, Time{0}, 2);
   up.on_dispatched(kCritical);
-  up.on_finished(kCritical);
-  EXPECT_EQ(up.reserved_for_others(kNoisy, 8, Time{0}), 2);  // min(share 8, demand 1 + spare 1)
+  up.on_finished(kCritical, Time{0});
+  EXPECT_EQ(up.reserved_for_others(kNoisy, 8, Time{0}), 1);  // min(share 8, demand 1 + spare 0)
 }
 
 TEST(FairShare, DisabledAlwaysAllows) {
@@ -117,12 +120,12 @@ TEST(FairShare, DisabledAlwaysAllows) {
 
 TEST(FairShare, CountsNeverGoNegative) {
   FairShare fs;
-  fs.on_finished(kNoisy);
-  fs.on_left_queue(kNoisy);
+  fs.on_finished(kNoisy, Time{0});
+  fs.on_left_queue(kNoisy, Time{0});
   EXPECT_EQ(fs.in_flight(kNoisy), 0);
   EXPECT_EQ(fs.queued(kNoisy), 0);
   fs.on_queued(kNoisy, 1.0, Time{0});
-  fs.on_left_queue(kNoisy);
+  fs.on_left_queue(kNoisy, Time{0});
   EXPECT_EQ(fs.queued(kNoisy), 0);
 }
 
