@@ -21,7 +21,7 @@
  *     queue: {max_requests: 4096, max_bytes: 67108864, ttl_ms: 30000,
  *             ttl_ms_by_priority: {"2": 60000, "-1": 5000}, retry_after_ms: 1000}
  *     vtc: {w_in: 1, w_out: 2}
- *     fair_share: {enabled: true, active_window_ms: 10000, spare_slots: 1}   # fair_share.h
+ *     fair_share: {enabled: true, active_window_ms: 10000, spare_slots: 0}   # fair_share.h
  * Absent sections keep the defaults of admission.h / admission_queue.h; no `tenants:` means
  * admission is off (`enabled == false`).
  */
