@@ -18,6 +18,7 @@
 #include "core/admission/admission_queue.h"
 #include "core/admission/budget.h"
 #include "core/admission/concurrency.h"
+#include "core/admission/fair_share.h"
 
 namespace sluice {
 namespace {
@@ -142,6 +143,37 @@ void BM_AdmissionEnqueuePop(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_AdmissionEnqueuePop);
+
+// The dispatcher's fair-share decision (fair_share.h) with 100 recently active tenants in one band,
+// half of them holding a request in flight, in a pool of 64 slots: one request's whole life in it
+// (queued, may_dispatch, dispatched, finished). Arg 0: the tenant has nothing in flight (the light
+// tenant's O(1) case); arg 1: it already holds two, above its share, so the reserves of the other 99
+// tenants are computed (the O(active tenants) case).
+void BM_AdmissionFairShareDecision(benchmark::State& state) {
+  FairShare fs;
+  Time now{0};
+  const bool busy = state.range(0) == 1;
+  for (TenantId t = 0; t < kTenants; ++t) {
+    fs.on_queued(t, 1.0, now);
+    fs.on_dispatched(t);
+    if (t % 2 == 0) fs.on_finished(t, now + std::chrono::milliseconds(100));
+  }
+  constexpr TenantId kBusy = kTenants;  // holds two requests throughout
+  for (int i = 0; i < 2 && busy; ++i) {
+    fs.on_queued(kBusy, 1.0, now);
+    fs.on_dispatched(kBusy);
+  }
+  TenantId t = 0;
+  for (auto _ : state) {
+    now += std::chrono::microseconds(50);
+    const TenantId who = busy ? kBusy : (t = (t + 2) % kTenants, t);  // even tenants: nothing in flight
+    fs.on_queued(who, 1.0, now);
+    benchmark::DoNotOptimize(fs.may_dispatch(who, 64, 50, now));
+    fs.on_dispatched(who);
+    fs.on_finished(who, now);
+  }
+}
+BENCHMARK(BM_AdmissionFairShareDecision)->Arg(0)->Arg(1);
 
 void BM_AdmissionRateLimitedDenial(benchmark::State& state) {
   // The refusal path: builds the OpenAI 429 body text and jittered retry-after.

@@ -36,9 +36,23 @@ int64_t FairShare::demand(const State& s, Time now) const {
 
 double FairShare::band_weight(int priority, Time now) const {
   double w = 0;
-  for (const auto& s : ts_)
+  for (TenantId id : listed_) {
+    const State& s = ts_[id];
     if (s.priority == priority && active(s, now)) w += s.weight;
+  }
   return w;
+}
+
+void FairShare::prune(Time now) {
+  // Amortised: a pass when the list doubled since the last one, or a window has passed.
+  if (listed_.size() < 2 * std::max<size_t>(pruned_at_size_, 8) && now - pruned_at_ < c_.active_window) return;
+  pruned_at_ = now;
+  std::erase_if(listed_, [&](TenantId id) {
+    if (active(ts_[id], now)) return false;
+    ts_[id].listed = false;
+    return true;
+  });
+  pruned_at_size_ = listed_.size();
 }
 
 void FairShare::on_queued(TenantId t, double weight, Time now, int priority) {
@@ -49,6 +63,11 @@ void FairShare::on_queued(TenantId t, double weight, Time now, int priority) {
   s.queued += 1;
   s.seen = true;
   s.last_arrival = now;
+  if (!s.listed) {
+    s.listed = true;
+    listed_.push_back(t);
+    prune(now);
+  }
 }
 
 void FairShare::on_left_queue(TenantId t, Time now) {
@@ -79,11 +98,20 @@ double FairShare::share(TenantId t, int64_t capacity, Time now) const {
 
 int64_t FairShare::reserved_for_others(TenantId t, int64_t capacity, Time now) const {
   const int priority = t < ts_.size() ? ts_[t].priority : 0;
+  // Active weight per priority band at or above t's (few distinct priorities: a small vector).
+  std::vector<std::pair<int, double>> bands;
+  for (TenantId id : listed_) {
+    const State& s = ts_[id];
+    if (s.priority < priority || !active(s, now)) continue;
+    auto it = std::find_if(bands.begin(), bands.end(), [&](const auto& b) { return b.first == s.priority; });
+    if (it == bands.end()) bands.emplace_back(s.priority, s.weight);
+    else it->second += s.weight;
+  }
   int64_t reserved = 0;
-  for (TenantId o = 0; o < ts_.size(); ++o) {
+  for (TenantId o : listed_) {
     const State& s = ts_[o];
     if (o == t || !active(s, now) || s.priority < priority) continue;
-    double total = band_weight(s.priority, now);
+    double total = std::find_if(bands.begin(), bands.end(), [&](const auto& b) { return b.first == s.priority; })->second;
     if (t < ts_.size() && ts_[t].priority == s.priority && !active(ts_[t], now)) total += ts_[t].weight;
     if (total <= 0) continue;
     const auto share = static_cast<int64_t>(std::floor(static_cast<double>(capacity) * s.weight / total));
@@ -94,6 +122,7 @@ int64_t FairShare::reserved_for_others(TenantId t, int64_t capacity, Time now) c
 
 bool FairShare::may_dispatch(TenantId t, int64_t capacity, int64_t in_flight, Time now) const {
   if (!c_.enabled) return true;
+  if (this->in_flight(t) == 0 && capacity > 0) return true;  // below any positive share (the light tenant's case)
   if (static_cast<double>(this->in_flight(t)) < share(t, capacity, now)) return true;
   return capacity - in_flight - reserved_for_others(t, capacity, now) > 0;
 }

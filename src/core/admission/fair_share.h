@@ -35,6 +35,8 @@
  * 19-64 ms, p50 to the unloaded ~14 ms; the noisy tenant loses 9-12% of its throughput to the idle
  * reserve. spare 1 halves the quiet p90 again at twice the throughput cost.
  *
+ * Cost: O(recently active tenants) per decision: only tenants seen within the window are listed
+ * (pruned on arrivals when the list doubled or a window passed), however many the config has.
  * Pure: time is passed in; not thread-safe (the admission driver serialises access).
  */
 #pragma once
@@ -72,6 +74,7 @@ class FairShare {
   int64_t reserved_for_others(TenantId t, int64_t capacity, Time now) const;
   int64_t in_flight(TenantId t) const { return t < ts_.size() ? ts_[t].in_flight : 0; }
   int64_t queued(TenantId t) const { return t < ts_.size() ? ts_[t].queued : 0; }
+  size_t listed() const { return listed_.size(); }  // tenants a decision looks at
   const FairShareConfig& config() const { return c_; }
 
  private:
@@ -84,16 +87,21 @@ class FairShare {
     bool seen = false;
     double avg = 0;       // time-weighted moving average of queued + in_flight
     Time avg_at{0};       // when avg was last brought up to date
+    bool listed = false;  // in listed_
   };
   bool active(const State& s, Time now) const;
   int64_t demand(const State& s, Time now) const;
   double band_weight(int priority, Time now) const;  // active tenants of that priority
+  void prune(Time now);                               // unlist tenants no longer active
   double average(const State& s, Time now) const;    // avg brought up to `now`
   void settle(State& s, Time now);                    // before queued / in_flight change
   State& at(TenantId t);
 
   FairShareConfig c_;
-  std::vector<State> ts_;
+  std::vector<State> ts_;          // by TenantId
+  std::vector<TenantId> listed_;   // every active tenant (and some recently inactive ones)
+  size_t pruned_at_size_ = 0;
+  Time pruned_at_{0};
 };
 
 }  // namespace sluice

@@ -112,6 +112,21 @@ TEST(FairShare, NoSlotsKeptForALowerBand) {
   EXPECT_EQ(up.reserved_for_others(kNoisy, 8, Time{0}), 1);  // min(share 8, demand 1 + spare 0)
 }
 
+// Decisions look only at recently active tenants: a thousand tenants that came and went are
+// dropped from the list once their window has passed.
+TEST(FairShare, IdleTenantsLeaveTheList) {
+  FairShare fs;
+  for (TenantId t = 10; t < 1010; ++t) {
+    start(fs, t, Time{0});
+    fs.on_finished(t, milliseconds(1));
+  }
+  EXPECT_GE(fs.listed(), 1000u);
+  EXPECT_EQ(fs.reserved_for_others(kNoisy, 4096, milliseconds(2)), 1000);  // each still active: demand 1
+  start(fs, kLight, seconds(11));
+  EXPECT_EQ(fs.listed(), 1u);
+  EXPECT_EQ(fs.reserved_for_others(kNoisy, 4096, seconds(11)), 0);  // the light one is in flight
+}
+
 TEST(FairShare, DisabledAlwaysAllows) {
   FairShare fs(FairShareConfig{false, seconds(10), 1});
   start(fs, kLight, Time{0});
