@@ -2,10 +2,12 @@
 # The whole test suite, as CI runs it:
 #   1. install what is missing, build (Release with assertions on), run every unit and integration
 #      test (real processes on loopback) through CTest;
-#   2. the pure core's unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   2. the whole tree again under AddressSanitizer + UndefinedBehaviorSanitizer
+#      (scripts/test-asan.sh: a Debug build in build-asan, every unit and integration test; any
+#      sanitizer report from any process, gateway and simulator included, fails the run);
 #   3. each libFuzzer target briefly from its committed seed corpus.
-# Usage: scripts/test.sh [extra ctest args]. SLUICE_SKIP_SANITIZE=1 / SLUICE_SKIP_FUZZ=1 skip 2 / 3.
-# The full tree (gateway and integration tests too) under ASan + UBSan: scripts/test-asan.sh.
+# Usage: scripts/test.sh [extra ctest args, passed to 1 and 2]. SLUICE_SKIP_SANITIZE=1 /
+# SLUICE_SKIP_FUZZ=1 skip 2 / 3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${SLUICE_BUILD_DIR:-$root/build-release}
@@ -18,13 +20,8 @@ phase "build done"
 phase "tests done"
 
 if [ "${SLUICE_SKIP_SANITIZE:-0}" != 1 ]; then
-  asan="$root/build-asan-core"
-  if [ ! -f "$asan/build.ninja" ]; then
-    cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON >/dev/null
-  fi
-  ninja -C "$asan" sluice_core_tests
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$asan/sluice_core_tests" --gtest_brief=1
-  phase "core tests under ASan+UBSan done"
+  "$root/scripts/test-asan.sh" "$@"
+  phase "whole tree under ASan+UBSan done"
 fi
 
 if [ "${SLUICE_SKIP_FUZZ:-0}" != 1 ]; then
