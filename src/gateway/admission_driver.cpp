@@ -223,7 +223,10 @@ bool Driver::eligible_locked(TenantId tenant, uintptr_t cookie, const Generation
   const Time now = gw_.now();
   if (r->saturated(now)) return false;
   const auto occ = r->occupancy();
-  return ps.share.may_dispatch(tenant, occ.capacity, occ.in_flight, now);
+  // The router frees a slot when the upstream exchange ends, the share when the request's ticket
+  // does (a little later): count the larger, else a noisy request could take the slot of a light
+  // request that is still finishing, the reserve having already been released by its in-flight count.
+  return ps.share.may_dispatch(tenant, occ.capacity, std::max(occ.in_flight, ps.share.total_in_flight()), now);
 }
 
 void Driver::wake(std::vector<std::shared_ptr<Waiter>>& woken) {

@@ -20,8 +20,12 @@ PoolRuntime::PoolRuntime(const PoolConfig& config, uint64_t id_, uint64_t seed, 
 PoolRuntime::~PoolRuntime() { retire(); }
 
 void PoolRuntime::retire() {
+  // Stop the loops and drop our handles: the loops' own references end with them, on their
+  // io_context's thread, so a strand is never destroyed after its io_context.
   if (scrapers) scrapers->stop();
   if (checkers) checkers->stop();
+  scrapers.reset();
+  checkers.reset();
 }
 
 std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> config, const Generation* previous,

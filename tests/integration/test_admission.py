@@ -517,8 +517,15 @@ class NoisyNeighbour(unittest.TestCase):
         self.assertGreater(on["tok"]["noisy"], 5 * on["tok"]["light"])  # the noisy tenant really was ~10x
         # The goal: within 1.5x of solo at p99, and the light tenant's demand met (below its weight share,
         # so all of it is owed: >= 85% of its solo throughput, the rest being the client's own TTFT).
-        self.assertLessEqual(on["ratio"], 1.5)
-        self.assertGreater(on["loaded_rate"], 0.85 * on["solo_rate"])
+        # Latency goals hold for the Release build; under the sanitizers (scripts/test-asan.sh sets
+        # SLUICE_SANITIZED=1) the gateway is several times slower and the p99 ratio is noise.
+        if os.environ.get("SLUICE_SANITIZED") != "1":
+            self.assertLessEqual(on["ratio"], 1.5)
+            self.assertGreater(on["loaded_rate"], 0.85 * on["solo_rate"])
+        # In every build: no light request waited for a noisy stream to end (~240 ms at time scale 4),
+        # which is what a lapse of the reserve looks like (it once did: the router frees a slot before
+        # the ticket ends, and a noisy request took the light request's slot in between).
+        self.assertLess(p99(on["loaded"]), 0.1)
         # Without the reserve the light request waits for a noisy stream to end.
         self.assertGreater(p50(off["loaded"]), p50(on["loaded"]))
 

@@ -107,7 +107,7 @@ std::optional<Dispatch> AdmissionQueue::pop_next(Time now,
   collect_expired(now);
   for (auto& [priority, band] : bands_) {
     const std::optional<TenantId> tenant =
-        eligible ? band.vtc.next_if([&](TenantId t) { return eligible(t, band.tenants.at(t).front().cookie); })
+        eligible ? band.vtc.next_if([&, &b = band](TenantId t) { return eligible(t, b.tenants.at(t).front().cookie); })
                  : band.vtc.next();
     if (!tenant) continue;
     auto& fifo = band.tenants.at(*tenant);

@@ -80,12 +80,16 @@ void FairShare::on_dispatched(TenantId t) {
   State& s = at(t);
   if (s.queued > 0) s.queued -= 1;
   s.in_flight += 1;
+  total_in_flight_ += 1;
 }
 
 void FairShare::on_finished(TenantId t, Time now) {
   State& s = at(t);
   settle(s, now);
-  if (s.in_flight > 0) s.in_flight -= 1;
+  if (s.in_flight > 0) {
+    s.in_flight -= 1;
+    total_in_flight_ -= 1;
+  }
 }
 
 double FairShare::share(TenantId t, int64_t capacity, Time now) const {

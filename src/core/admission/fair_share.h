@@ -75,6 +75,8 @@ class FairShare {
   int64_t in_flight(TenantId t) const { return t < ts_.size() ? ts_[t].in_flight : 0; }
   int64_t queued(TenantId t) const { return t < ts_.size() ? ts_[t].queued : 0; }
   size_t listed() const { return listed_.size(); }  // tenants a decision looks at
+  // Requests dispatched through this FairShare and not yet finished (all tenants).
+  int64_t total_in_flight() const { return total_in_flight_; }
   const FairShareConfig& config() const { return c_; }
 
  private:
@@ -102,6 +104,7 @@ class FairShare {
   std::vector<TenantId> listed_;   // every active tenant (and some recently inactive ones)
   size_t pruned_at_size_ = 0;
   Time pruned_at_{0};
+  int64_t total_in_flight_ = 0;
 };
 
 }  // namespace sluice

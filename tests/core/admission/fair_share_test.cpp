@@ -142,6 +142,12 @@ TEST(FairShare, CountsNeverGoNegative) {
   fs.on_queued(kNoisy, 1.0, Time{0});
   fs.on_left_queue(kNoisy, Time{0});
   EXPECT_EQ(fs.queued(kNoisy), 0);
+  start(fs, kNoisy, Time{0});
+  start(fs, kLight, Time{0});
+  EXPECT_EQ(fs.total_in_flight(), 2);
+  fs.on_finished(kLight, Time{0});
+  fs.on_finished(kLight, Time{0});  // a second finish of the same tenant changes nothing
+  EXPECT_EQ(fs.total_in_flight(), 1);
 }
 
 // The queue passes over an ineligible tenant without losing its place, and takes the next one.
