@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include <spdlog/spdlog.h>
+
 #include "core/models_list.h"
 #include "core/picker/policy_factory.h"
 #include "gateway/gateway.h"
@@ -43,6 +45,11 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
       PoolSeries series{&metrics.duration.with({pc.name}), &metrics.ttft.with({pc.name}), &metrics.itl.with({pc.name}),
                         &metrics.pick.with({pc.name})};
       reuse = std::make_shared<PoolRuntime>(pc, next_runtime_id.fetch_add(1), seed++, series);
+      // A changed pool (an endpoint added or removed, a limit changed) keeps the cache affinity
+      // learned for the endpoints it still has.
+      if (PoolRuntime* old = previous ? previous->pool(pc.name) : nullptr)
+        if (size_t kept = reuse->router.adopt_learned(old->router); kept > 0)
+          spdlog::info("pool {}: prefix index of {} endpoint(s) carried over to the new config", pc.name, kept);
     }
     gen->pools.emplace(pc.name, std::move(reuse));
   }

@@ -6,7 +6,8 @@
 // Pools survive reloads when their config is unchanged (same PoolConfig::fingerprint): the new
 // generation shares the old PoolRuntime, so the prefix index, the scraped signals, the in-flight
 // accounting, health and ejections, and the per-worker upstream connections (keyed by runtime id)
-// carry over. A changed or new pool gets a fresh runtime; a pool no longer in the config is retired
+// carry over. A changed or new pool gets a fresh runtime (a changed one takes over the prefix index
+// of the endpoints it keeps, PoolRouter::adopt_learned); a pool no longer in the config is retired
 // (its scrapers and health checks stop) and freed when its last request ends.
 #pragma once
 #include <atomic>

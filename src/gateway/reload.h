@@ -5,8 +5,10 @@
 // A valid file becomes a new generation (generation.h) swapped in atomically:
 //   - pools whose YAML is unchanged keep their runtime (prefix index, scraped signals, in-flight
 //     accounting, health, ejections, warm upstream connections); changed or new pools get a fresh
-//     runtime whose scrapers and health checks start before the swap; removed or replaced pools
-//     are retired (loops stopped) after it and freed when their last request ends;
+//     runtime whose scrapers and health checks start before the swap -- a changed pool's runtime
+//     takes over the prefix index learned for the endpoints it keeps (same address), so scaling
+//     out by reload keeps cache affinity; removed or replaced pools are retired (loops stopped)
+//     after it and freed when their last request ends;
 //   - models, aliases and adapters, timeouts, limits and routing headers apply to requests that
 //     start after the swap (a keep-alive connection keeps its header/body limits);
 //   - the admission layer is kept when `tenants:` and `admission:` are unchanged, else rebuilt
@@ -16,7 +18,8 @@
 // started with to its end.
 // Known limits of a changed pool's fresh runtime: its in-flight caps do not count requests still
 // running on the old runtime (briefly up to twice the cap per endpoint), its endpoints start
-// healthy until probes say otherwise, and its prefix index starts cold.
+// healthy until probes say otherwise, and requests the old runtime dispatches after the copy are
+// not learned by the new index.
 #pragma once
 #include <functional>
 #include <memory>

@@ -3,7 +3,8 @@
 A valid config becomes a new generation swapped in atomically: a stream started before the reload
 completes on its old endpoint, new requests follow the new config (endpoints, an alias moved to a new
 target, a new model), a keep-alive connection opened before the reload keeps working, an unchanged pool
-keeps its runtime (its pick counters and scraped signals carry over), unchanged tenants keep their
+keeps its runtime (its pick counters and scraped signals carry over), a changed pool keeps the prefix
+affinity learned for the replicas it still has (scale-out by reload), unchanged tenants keep their
 token budgets (a spent budget stays spent), changed tenants get a rebuilt admission layer. An invalid
 config is refused with a log line naming the field and the running generation keeps serving.
 
@@ -230,6 +231,31 @@ class Reload(unittest.TestCase):
         self.assertIn("pools kept [chat,small]", line)
         self.assertEqual(request(self.conn(), MODEL, max_tokens=2, key="key-meter")[0], 200)
         self.assertEqual(request(self.conn(), MODEL, max_tokens=4, key="key-beta")[0], 200)
+
+        # Scaling out (a replica added to a changed pool) keeps the cache affinity learned for the
+        # replicas the pool still has: a long prompt learned on B is still predicted cached on B.
+        doc = "a long shared document about sluice gateways. " * 120
+        def send_doc(conn):
+            body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": doc}], "max_tokens": 2})
+            conn.request("POST", "/v1/chat/completions", body=body,
+                         headers={"content-type": "application/json", "authorization": "Bearer key-acme"})
+            r = conn.getresponse()
+            r.read()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}
+        self.assertEqual(send_doc(self.conn())[0], 200)
+        s, h = send_doc(self.conn())
+        self.assertEqual(h["x-sluice-endpoint"], f"chat-{self.b}")
+        self.assertGreater(int(h["x-sluice-predicted-cached-tokens"]), 0)
+        scaled = config_text(self.listen, self.admin, [self.a, self.b], [self.s], alias_target=SMALL,
+                             extra_model=f"  - {{name: small-v2, alias_of: {SMALL}}}",
+                             extra_tenant=f"  - name: beta\n    key_sha256: [{sha('key-beta')}]")
+        line = self.reload(scaled, "applied")
+        self.assertIn("new or changed [chat]", line)
+        self.assertTrue(any("prefix index of 1 endpoint(s) carried over" in l for l in self.gw.err), self.gw.err[-5:])
+        s, h = send_doc(self.conn())
+        self.assertEqual(s, 200)
+        self.assertEqual(h["x-sluice-endpoint"], f"chat-{self.b}")
+        self.assertGreater(int(h["x-sluice-predicted-cached-tokens"]), 0)
 
         # Nothing leaked: in flight and reservations back to zero once everything ended.
         deadline = time.time() + 5

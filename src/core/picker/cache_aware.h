@@ -36,6 +36,9 @@ class CacheAwarePolicy final : public Policy {
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
 
+  PrefixTracker* prefix_tracker() override { return &prefix_; }
+  const PrefixTracker* prefix_tracker() const override { return &prefix_; }
+
  private:
   CacheAwareParams params_;
   PrefixTracker prefix_;

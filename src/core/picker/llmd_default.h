@@ -41,6 +41,9 @@ class LlmdDefaultPolicy final : public Policy {
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
 
+  PrefixTracker* prefix_tracker() override { return &prefix_; }
+  const PrefixTracker* prefix_tracker() const override { return &prefix_; }
+
  private:
   void evaluate(const PickRequest& req, std::span<const EndpointView> endpoints);
 

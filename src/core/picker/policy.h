@@ -15,6 +15,8 @@
 
 namespace sluice {
 
+class PrefixTracker;  // prefix_tracker.h
+
 struct PickRequest {
   ApiKind kind = ApiKind::chat;
   std::string_view model;        // the target model forwarded upstream
@@ -53,6 +55,9 @@ class Policy {
   virtual void on_dispatch(const PickRequest& req, size_t endpoint, Time now) {}
   // The pool's endpoint list was replaced (reload): learned state for the old indices is void.
   virtual void on_endpoints_reset(size_t count) {}
+  // The policy's prefix index, if it keeps one (a reload carries it over to the new pool).
+  virtual PrefixTracker* prefix_tracker() { return nullptr; }
+  virtual const PrefixTracker* prefix_tracker() const { return nullptr; }
   // The terms behind rank()'s scores, one Explanation per endpoint (any order). Default: none.
   virtual void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                        std::vector<Explanation>& out) {

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <utility>
 
+#include "core/picker/prefix_tracker.h"
+
 namespace sluice {
 
 DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
@@ -162,6 +164,24 @@ bool PoolRouter::at_capacity() const {
   for (const auto& ep : endpoints_)
     if (ep.healthy && ep.load.in_flight < config_.max_in_flight_per_endpoint) return false;
   return true;
+}
+
+size_t PoolRouter::adopt_learned(const PoolRouter& old) {
+  std::scoped_lock lock(mu_, old.mu_);
+  std::vector<int> old_of_new(endpoints_.size(), -1);
+  size_t mapped = 0;
+  for (size_t e = 0; e < endpoints_.size(); ++e)
+    for (size_t o = 0; o < old.endpoints_.size(); ++o)
+      if (old.endpoints_[o].config.address.str() == endpoints_[e].config.address.str()) {
+        old_of_new[e] = static_cast<int>(o);
+        ++mapped;
+        break;
+      }
+  PrefixTracker* mine = policy_->prefix_tracker();
+  const PrefixTracker* theirs = old.policy_->prefix_tracker();
+  if (mine == nullptr || theirs == nullptr || mapped == 0) return 0;
+  mine->adopt(*theirs, old_of_new);
+  return mapped;
 }
 
 PoolRouter::Occupancy PoolRouter::occupancy() const {

@@ -85,6 +85,10 @@ class PoolRouter {
     int64_t in_flight = 0;
   };
   Occupancy occupancy() const;
+  // A reload replaced this pool's config: take over what `old` learned for the endpoints both
+  // have (same address): the prefix index (when both policies keep one). Called before use.
+  // Returns the number of endpoints carried over.
+  size_t adopt_learned(const PoolRouter& old);
   // True when every healthy endpoint is at the hard cap or, by fresh engine signals, at the pool's
   // saturation limits (engine waiting >= saturation_max_waiting or KV usage >=
   // saturation_max_kv_usage). Stale signals never saturate an endpoint by themselves. The

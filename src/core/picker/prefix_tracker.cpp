@@ -12,6 +12,17 @@ void PrefixTracker::reset(size_t endpoints) {
   matched_.assign(endpoints, 0);
 }
 
+void PrefixTracker::adopt(const PrefixTracker& old, std::span<const int> old_of_new) {
+  block_tokens_ = old.block_tokens_;
+  reset(std::max(index_.endpoints(), old_of_new.size()));
+  for (size_t e = 0; e < old_of_new.size(); ++e) {
+    const int o = old_of_new[e];
+    if (o < 0 || static_cast<size_t>(o) >= old.index_.endpoints()) continue;
+    index_.set_capacity(e, old.index_.capacity(static_cast<size_t>(o)));
+    index_.learn(e, old.index_.blocks_of(static_cast<size_t>(o)));
+  }
+}
+
 void PrefixTracker::sync(std::span<const EndpointView> endpoints) {
   size_t n = index_.endpoints();
   for (const auto& v : endpoints) n = std::max(n, v.index + 1);

@@ -31,6 +31,9 @@ class PrefixTracker {
   std::span<const uint32_t> match(const PickRequest& req);
   void learn(const PickRequest& req, size_t endpoint);
   void purge(size_t endpoint) { index_.purge(endpoint); }
+  // Takes over what `old` learned (a reload that changed the pool): new endpoint e gets old
+  // endpoint old_of_new[e]'s blocks (-1: none), with its capacity and the block size.
+  void adopt(const PrefixTracker& old, std::span<const int> old_of_new);
 
   int64_t cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const;
   int block_tokens() const { return block_tokens_; }

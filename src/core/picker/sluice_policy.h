@@ -81,6 +81,9 @@ class SluicePolicy : public Policy {
   // Set by OraclePolicy: replaces the prefix index's prediction.
   CachedTokensOracle oracle_;
 
+  PrefixTracker* prefix_tracker() override { return &prefix_; }
+  const PrefixTracker* prefix_tracker() const override { return &prefix_; }
+
  private:
   struct Eval {
     int64_t cached = 0, uncached = 0;

@@ -227,6 +227,14 @@ void PrefixIndex::learn(size_t endpoint, std::span<const uint64_t> blocks) {
   }
 }
 
+std::vector<uint64_t> PrefixIndex::blocks_of(size_t endpoint) const {
+  std::vector<uint64_t> out;
+  if (endpoint >= lrus_.size()) return out;
+  out.reserve(static_cast<size_t>(lrus_[endpoint].size));
+  for (uint32_t n = lrus_[endpoint].head; n != kNil; n = nodes_[n].next) out.push_back(nodes_[n].hash);
+  return out;
+}
+
 void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> matched) const {
   std::fill(matched.begin(), matched.end(), 0u);
   const size_t ne = std::min(matched.size(), lrus_.size());

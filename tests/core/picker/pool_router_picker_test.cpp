@@ -129,5 +129,36 @@ TEST(PoolRouterPicker, FrozenMetricsGetAFairShare) {
   }
 }
 
+// A reload that changes the pool (here: a replica added in front) keeps the cache affinity learned
+// for the endpoints both configs have, matched by address, for every policy with a prefix index.
+TEST(PoolRouterPicker, AdoptLearnedCarriesThePrefixIndexByAddress) {
+  for (const char* policy : {"sluice", "cache_aware", "llmd_default"}) {
+    SCOPED_TRACE(policy);
+    auto before = pool_of(2, policy);  // ep0 :9000, ep1 :9001
+    PoolRouter old(before, make_policy(before, 1));
+    const std::string doc(8000, 'd');
+    auto req = req_of(doc);
+    auto c = old.rank(req, Time{});
+    const size_t learned_on = c[0].endpoint;
+    { DispatchGuard g = old.dispatch(req, c[0], Time{}); }
+    // The new config: a new replica :9005 first, then the old ones in reverse order.
+    auto after = pool_of(0, policy);
+    EndpointConfig fresh;
+    fresh.name = "new";
+    fresh.address = {"127.0.0.1", 9005};
+    after.endpoints = {fresh, before.endpoints[1], before.endpoints[0]};
+    PoolRouter next(after, make_policy(after, 2));
+    EXPECT_EQ(next.adopt_learned(old), 2u);
+    const size_t now_at = learned_on == 0 ? 2 : 1;
+    auto ranked = next.rank(req, Time{});
+    ASSERT_FALSE(ranked.empty());
+    EXPECT_EQ(ranked[0].endpoint, now_at);
+    EXPECT_GT(ranked[0].predicted_cached_tokens, 1000);
+    // Without adopting, nothing is predicted.
+    PoolRouter cold(after, make_policy(after, 2));
+    for (const auto& cand : cold.rank(req, Time{})) EXPECT_EQ(cand.predicted_cached_tokens, 0);
+  }
+}
+
 }  // namespace
 }  // namespace sluice

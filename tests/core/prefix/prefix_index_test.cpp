@@ -196,5 +196,22 @@ TEST(PrefixIndex, MemoryPerEntryAtCapacityUnder64Bytes) {
   EXPECT_LT(per_entry, 64.0);
 }
 
+TEST(PrefixIndex, BlocksOfRoundTripsThroughLearn) {
+  PrefixIndex a(2), b(3);
+  const std::vector<uint64_t> first = {11, 12, 13}, second = {11, 12, 99};
+  a.learn(1, first);
+  a.learn(1, second);  // 11, 12 refreshed; 99 most recent after them
+  const auto held = a.blocks_of(1);
+  ASSERT_EQ(held.size(), 4u);
+  EXPECT_EQ(held.front(), 11u);  // the head of the last prompt is the most recent
+  EXPECT_TRUE(a.blocks_of(0).empty());
+  b.learn(2, held);
+  EXPECT_EQ(b.blocks_of(2), held);  // same blocks, same recency order
+  std::vector<uint32_t> matched(3);
+  b.match(first, matched);
+  EXPECT_EQ(matched[2], 3u);
+  EXPECT_EQ(matched[0], 0u);
+}
+
 }  // namespace
 }  // namespace sluice
