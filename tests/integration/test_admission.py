@@ -254,7 +254,13 @@ class BudgetsAndAuth(unittest.TestCase):
         self.assertEqual(s, 429, b)
         self.assert_openai_error(b, "rate_limit_exceeded")
         self.assertEqual(h.get("x-should-retry"), "false")
-        m = get(self.admin, "/metrics")[1]
+        # The completion path records the reject just after the response is written: poll for it.
+        deadline = time.time() + 5
+        while True:
+            m = get(self.admin, "/metrics")[1]
+            if (metric(m, "sluice_rejects_total", reason="too_large") or 0) >= 1 or time.time() > deadline:
+                break
+            time.sleep(0.05)
         self.assertGreaterEqual(metric(m, "sluice_rejects_total", reason="rate_limit") or 0, 1)
         self.assertGreaterEqual(metric(m, "sluice_rejects_total", reason="too_large") or 0, 1)
         self.assertGreaterEqual(metric(m, "sluice_rejects_total", reason="unauthorized") or 0, 0)
