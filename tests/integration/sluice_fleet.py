@@ -30,6 +30,22 @@ def http_req(port, method, path, body=None, timeout=5):
         c.close()
 
 
+def metric(text, name, **labels):
+    """The sum of the samples of `name` whose labels include `labels` in Prometheus text; None when none."""
+    total = None
+    for line in text.splitlines():
+        if not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total = (total or 0) + float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def admin_metrics(admin_port):
+    """The gateway's /metrics text (admin listener)."""
+    return http_req(admin_port, "GET", "/metrics")[1].decode()
+
+
 class Proc:
     def __init__(self, args, name):
         self.name = name
@@ -88,12 +104,13 @@ def load_loop(port, stop, model, counts):
             time.sleep(0.05)
 
 
-def start_gateway(sluice, sim_ports, tmpdir, pool="chat", model=MODEL, max_in_flight_per_endpoint=256):
-    """`sluice serve` over the replicas (named replica-0..N-1); returns (proc, listen_port, admin_port)
-    once the admin listener answers /metrics, or raises with the gateway's stderr."""
+def start_gateway(sluice, sim_ports, tmpdir, pool="chat", model=MODEL, max_in_flight_per_endpoint=256, extra_yaml=""):
+    """`sluice serve` over the replicas (named replica-0..N-1), `extra_yaml` appended to its config
+    (tenants:, admission:); returns (proc, listen_port, admin_port) once the admin listener answers
+    /metrics, or raises with the gateway's stderr."""
     listen, admin = free_port(), free_port()
     eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}}}" for i, p in enumerate(sim_ports))
-    cfg = os.path.join(tmpdir, "sluice.yaml")
+    cfg = os.path.join(tmpdir, f"sluice-{listen}.yaml")
     with open(cfg, "w") as f:
         f.write(f"""listen: 127.0.0.1:{listen}
 admin: 127.0.0.1:{admin}
@@ -107,6 +124,7 @@ pools:
     max_in_flight_per_endpoint: {max_in_flight_per_endpoint}
 models:
   - {{name: {model}, pool: {pool}}}
+{extra_yaml}
 """)
     gw = Proc([sluice, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
     deadline = time.time() + 30

@@ -22,7 +22,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_fleet import Proc, free_port, start_sim as fleet_start_sim  # noqa: E402
+from sluice_fleet import Proc, metric, start_gateway as fleet_start_gateway, start_sim as fleet_start_sim  # noqa: E402
 
 SLUICE = None
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -36,38 +36,9 @@ def start_sim(replicas, *args):
     return fleet_start_sim(SLUICE, replicas, *args)
 
 
-def start_gateway(tmpdir, sim_ports, tenants_yaml, admission_yaml="", max_in_flight=256, workers=2):
-    listen, admin = free_port(), free_port()
-    eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}}}" for i, p in enumerate(sim_ports))
-    cfg = os.path.join(tmpdir, f"sluice-{listen}.yaml")
-    with open(cfg, "w") as f:
-        f.write(f"""listen: 127.0.0.1:{listen}
-admin: 127.0.0.1:{admin}
-workers: {workers}
-pools:
-  - name: chat
-    kind: chat
-    max_in_flight_per_endpoint: {max_in_flight}
-    endpoints:
-{eps}
-    scrape: {{interval_ms: 50, stale_after_ms: 500}}
-models:
-  - {{name: {MODEL}, pool: chat}}
-tenants:
-{tenants_yaml}
-{admission_yaml}
-""")
-    gw = Proc([SLUICE, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
-    deadline = time.time() + 30
-    while time.time() < deadline and gw.p.poll() is None:
-        try:
-            if get(admin, "/metrics")[0] == 200:
-                return gw, listen, admin
-        except OSError:
-            pass
-        time.sleep(0.2)
-    gw.stop()
-    raise RuntimeError(f"sluice serve did not start: {''.join(gw.err[-10:])}")
+def start_gateway(tmpdir, sim_ports, tenants_yaml, admission_yaml="", max_in_flight=256):
+    return fleet_start_gateway(SLUICE, sim_ports, tmpdir, max_in_flight_per_endpoint=max_in_flight,
+                               extra_yaml=f"tenants:\n{tenants_yaml}\n{admission_yaml}")
 
 
 def get(port, path):
@@ -101,16 +72,6 @@ def post(port, data, key=None, headers=None, timeout=30):
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
         c.close()
-
-
-def metric(text, name, **labels):
-    total = None
-    for line in text.splitlines():
-        if not (line.startswith(name + "{") or line.startswith(name + " ")):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total = (total or 0) + float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def raw_request(port, data, key):

@@ -23,7 +23,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_fleet import Proc, free_port, start_sim  # noqa: E402
+from sluice_fleet import admin_metrics, metric, start_gateway, start_sim  # noqa: E402
 
 SLUICE = None
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -36,15 +36,6 @@ TENANTS = {"critical": 2, "standard": 0, "batch": -1}
 def sha(key):
     return hashlib.sha256(key.encode()).hexdigest()
 
-
-def metric_sum(text, name, **labels):
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-                found = True
-    return total if found else None
 
 
 def rss_mb(pid):
@@ -60,36 +51,18 @@ class Overload(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.sim, ports = start_sim(SLUICE, 2)
-        cls.listen, cls.admin = free_port(), free_port()
-        eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}}}" for i, p in enumerate(ports))
         tenants = "\n".join(f"  - {{name: {t}, priority: {p}, key_sha256: [{sha('key-' + t)}]}}"
                             for t, p in TENANTS.items())
-        path = os.path.join(cls.tmp.name, "sluice.yaml")
-        with open(path, "w") as f:
-            f.write(f"""listen: 127.0.0.1:{cls.listen}
-admin: 127.0.0.1:{cls.admin}
-workers: 2
-pools:
-  - name: chat
-    max_in_flight_per_endpoint: {SLOTS_PER_ENDPOINT}
-    endpoints:
-{eps}
-    scrape: {{interval_ms: 50, stale_after_ms: 500}}
-models:
-  - {{name: {MODEL}, pool: chat}}
-tenants:
+        try:
+            cls.gw, cls.listen, cls.admin = start_gateway(
+                SLUICE, ports, cls.tmp.name, model=MODEL, max_in_flight_per_endpoint=SLOTS_PER_ENDPOINT,
+                extra_yaml=f"""tenants:
 {tenants}
 admission:
-  queue: {{max_requests: 64, ttl_ms: {TTL_MS}, retry_after_ms: 1000}}
-""")
-        cls.gw = Proc([SLUICE, "serve", "-c", path, "--access-log", "off", "--log-level", "warn"], "serve")
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                if cls.metrics() is not None:
-                    break
-            except OSError:
-                time.sleep(0.1)
+  queue: {{max_requests: 64, ttl_ms: {TTL_MS}, retry_after_ms: 1000}}""")
+        except Exception:
+            cls.sim.stop()
+            raise
         cls.slots = SLOTS_PER_ENDPOINT * len(ports)
 
     @classmethod
@@ -97,15 +70,6 @@ admission:
         cls.gw.stop()
         cls.sim.stop()
         cls.tmp.cleanup()
-
-    @classmethod
-    def metrics(cls):
-        c = http.client.HTTPConnection("127.0.0.1", cls.admin, timeout=5)
-        try:
-            c.request("GET", "/metrics")
-            return c.getresponse().read().decode()
-        finally:
-            c.close()
 
     def one(self, tenant, out):
         """One streamed request; appends (tenant, status, code, seconds, complete, retry_after)."""
@@ -201,9 +165,9 @@ admission:
         # Everything returns to zero.
         deadline = time.time() + 5
         while time.time() < deadline:
-            m = self.metrics()
-            left = (metric_sum(m, "sluice_endpoint_inflight_requests") or 0, metric_sum(m, "sluice_queue_depth") or 0,
-                    metric_sum(m, "sluice_reservations_outstanding") or 0, metric_sum(m, "sluice_active_requests") or 0)
+            m = admin_metrics(self.admin)
+            left = (metric(m, "sluice_endpoint_inflight_requests") or 0, metric(m, "sluice_queue_depth") or 0,
+                    metric(m, "sluice_reservations_outstanding") or 0, metric(m, "sluice_active_requests") or 0)
             if left == (0, 0, 0, 0):
                 break
             time.sleep(0.1)

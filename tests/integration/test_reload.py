@@ -24,7 +24,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_fleet import Proc, free_port, start_sim  # noqa: E402
+from sluice_fleet import Proc, admin_metrics, free_port, metric, start_sim  # noqa: E402
 
 SLUICE = None
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -77,15 +77,6 @@ def request(conn, model, max_tokens=8, stream=False, key="key-acme"):
     return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
 
 
-def metric(text, name, **labels):
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
 class Reload(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -123,12 +114,7 @@ class Reload(unittest.TestCase):
         return http.client.HTTPConnection("127.0.0.1", self.listen, timeout=timeout)
 
     def metrics(self):
-        c = http.client.HTTPConnection("127.0.0.1", self.admin, timeout=5)
-        try:
-            c.request("GET", "/metrics")
-            return c.getresponse().read().decode()
-        finally:
-            c.close()
+        return admin_metrics(self.admin)
 
     def reload(self, text, expect):
         """SIGHUP with `text` as the config; returns the first new log line containing `expect`."""
