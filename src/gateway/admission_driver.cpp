@@ -107,7 +107,6 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
                                         "Requests admitted: dispatched from the admission queue to an endpoint.",
                                         {"pool", "priority"})) {
     token_series_.resize(admission_.tenants().tenants().size());
-    fair_share_ = cfg.fair_share;
   }
 
   asio::awaitable<AdmitResult> admit(const AdmitRequest& in) override;
@@ -160,7 +159,7 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
   bool eligible_locked(TenantId tenant, uintptr_t cookie, const Generation& gen);
   PoolState& pool_locked(const std::string& name) {
     auto it = pools_.find(name);
-    if (it == pools_.end()) it = pools_.emplace(name, PoolState{{}, 0, FairShare(fair_share_)}).first;
+    if (it == pools_.end()) it = pools_.emplace(name, PoolState{{}, 0, FairShare(admission_.config().fair_share)}).first;
     return it->second;
   }
 
@@ -178,7 +177,6 @@ class Driver final : public AdmissionRuntime, public std::enable_shared_from_thi
   std::unordered_map<uintptr_t, std::shared_ptr<Waiter>> waiters_;  // queued, by cookie
   std::map<std::string, PoolState, std::less<>> pools_;
   uintptr_t next_cookie_ = 1;
-  FairShareConfig fair_share_;
   std::atomic<int64_t> last_poll_{0};
 };
 

@@ -55,12 +55,13 @@ bool Gateway::ready() const {
   return true;
 }
 
-void Gateway::complete(const RequestRecord& r) {
+void Gateway::complete(const RequestRecord& r) { complete(r, *current()); }
+
+void Gateway::complete(const RequestRecord& r, const Generation& gen) {
   if (r.outcome == Outcome::ok && r.status == 200) {
-    const auto gen = current();
-    auto it = gen->ok_requests.find(r.model);
-    const PoolRuntime* pool = gen->pool(r.pool);
-    if (it != gen->ok_requests.end() && pool) {
+    auto it = gen.ok_requests.find(r.model);
+    const PoolRuntime* pool = gen.pool(r.pool);
+    if (it != gen.ok_requests.end() && pool) {
       it->second->inc();
       pool->series.duration->observe(to_seconds(r.duration));
       if (r.ttft) pool->series.ttft->observe(to_seconds(*r.ttft));

@@ -93,8 +93,10 @@ class Gateway {
   // Ready: every pool has at least one healthy endpoint, and the gateway is not draining.
   bool ready() const;
 
-  // The single completion path: access-log line + metrics for one finished request.
+  // The single completion path: access-log line + metrics for one finished request, with the
+  // series of `gen` (the request's own generation; the first form takes the current one).
   void complete(const RequestRecord& record);
+  void complete(const RequestRecord& record, const Generation& gen);
 
   std::atomic<bool> draining{false};
   std::atomic<int64_t> active_requests{0};

@@ -600,7 +600,7 @@ void RequestLife::finish(Outcome o, int status, std::string_view reason) {
   ticket_.reset();
   s_.set_upstream(nullptr);
   s_.watchdog().disarm();
-  gw_.complete(rec_);
+  gw_.complete(rec_, *gen_);
 }
 
 }  // namespace

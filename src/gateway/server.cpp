@@ -127,10 +127,7 @@ Server::~Server() {
   // The pools' scrapers and health checks hold strands of the last worker's io_context; a strand
   // must not outlive its io_context, and the workers are destroyed before gateway_ (which owns the
   // generations and so the pool runtimes). Release them while the io_contexts still exist.
-  for (const auto& [name, pool] : gateway_->current()->pools) {
-    pool->scrapers.reset();
-    pool->checkers.reset();
-  }
+  for (const auto& [name, pool] : gateway_->current()->pools) pool->retire();
 }
 
 void Server::start_loops(const std::shared_ptr<PoolRuntime>& pool) {
