@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/response_fields.h"
-#include "core/sse.h"
+#include "core/openai/response_fields.h"
+#include "core/openai/sse.h"
 
 namespace {
 struct Parsed {

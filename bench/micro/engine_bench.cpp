@@ -9,7 +9,7 @@
 
 #include <random>
 
-#include "core/engine/engine.h"
+#include "model/engine/engine.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include "bench/bench_command.h"
 #include "core/config.h"
 #include "fleetsim/fleetsim_command.h"
-#include "gateway/serve_command.h"
+#include "app/serve_command.h"
 #include "sim/sim_command.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <simdjson.h>
 
-#include "core/sse.h"
+#include "core/openai/sse.h"
 
 namespace sluice::bench {
 namespace asio = boost::asio;

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/time.h"
-#include "core/workload/stats.h"
-#include "core/workload/workload.h"
+#include "model/workload/stats.h"
+#include "model/workload/workload.h"
 
 namespace sluice::bench {
 

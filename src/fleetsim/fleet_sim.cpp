@@ -13,7 +13,7 @@
 #include "core/picker/oracle_policy.h"
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
-#include "core/request.h"
+#include "core/openai/request.h"
 
 namespace sluice::fleetsim {
 namespace {

@@ -26,9 +26,9 @@
 #include <variant>
 #include <vector>
 
-#include "core/engine/engine.h"
-#include "core/workload/stats.h"
-#include "core/workload/workload.h"
+#include "model/engine/engine.h"
+#include "model/workload/stats.h"
+#include "model/workload/workload.h"
 
 namespace sluice::fleetsim {
 

@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "gateway/endpoint_metrics.h"
+#include "gateway/observability/endpoint_metrics.h"
 
 namespace sluice {
 

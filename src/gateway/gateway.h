@@ -16,11 +16,11 @@
 #include "core/admission/outcome.h"
 #include "core/config.h"
 #include "core/picker/pool_router.h"
-#include "core/request.h"
-#include "gateway/access_log.h"
+#include "core/openai/request.h"
+#include "gateway/observability/access_log.h"
 #include "gateway/generation.h"
-#include "gateway/metrics.h"
-#include "gateway/pool_health.h"
+#include "gateway/observability/metrics.h"
+#include "gateway/signals/pool_health.h"
 
 namespace sluice {
 

@@ -4,11 +4,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "core/models_list.h"
+#include "core/openai/models_list.h"
 #include "core/picker/policy_factory.h"
 #include "gateway/gateway.h"
-#include "gateway/health_checker.h"
-#include "gateway/scraper.h"
+#include "gateway/signals/health_checker.h"
+#include "gateway/signals/scraper.h"
 
 namespace sluice {
 

@@ -19,8 +19,8 @@
 
 #include "core/config.h"
 #include "core/picker/pool_router.h"
-#include "gateway/metrics.h"
-#include "gateway/pool_health.h"
+#include "gateway/observability/metrics.h"
+#include "gateway/signals/pool_health.h"
 
 namespace sluice {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include "core/config.h"
 #include "core/picker/policy.h"
-#include "core/request.h"
+#include "core/openai/request.h"
 
 namespace sluice {
 

@@ -9,13 +9,13 @@
 #include <fmt/format.h>
 
 #include "core/picker/pool_router.h"
-#include "core/response_fields.h"
-#include "core/sse.h"
+#include "core/openai/response_fields.h"
+#include "core/openai/sse.h"
 #include "gateway/gateway.h"
-#include "gateway/http_util.h"
-#include "gateway/retry_after.h"
-#include "gateway/session.h"
-#include "gateway/upstream_pool.h"
+#include "gateway/http/http_util.h"
+#include "gateway/http/retry_after.h"
+#include "gateway/http/session.h"
+#include "gateway/http/upstream_pool.h"
 
 namespace sluice {
 

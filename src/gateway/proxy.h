@@ -12,7 +12,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include "core/request.h"
+#include "core/openai/request.h"
 
 namespace sluice {
 

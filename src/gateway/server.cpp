@@ -9,13 +9,13 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
-#include "gateway/admin.h"
+#include "gateway/observability/admin.h"
 #include "gateway/admission_driver.h"
-#include "gateway/http_util.h"
+#include "gateway/http/http_util.h"
 #include "gateway/reload.h"
-#include "gateway/health_checker.h"
-#include "gateway/scraper.h"
-#include "gateway/session.h"
+#include "gateway/signals/health_checker.h"
+#include "gateway/signals/scraper.h"
+#include "gateway/http/session.h"
 
 namespace sluice {
 

@@ -27,7 +27,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "gateway/gateway.h"
-#include "gateway/upstream_pool.h"
+#include "gateway/http/upstream_pool.h"
 
 namespace sluice {
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/engine/engine.h"
+#include "model/engine/engine.h"
 
 namespace sluice::sim {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/engine/tokenizer.h"
+#include "model/engine/tokenizer.h"
 
 namespace sluice::sim {
 

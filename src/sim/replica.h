@@ -22,8 +22,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/engine/engine.h"
-#include "core/engine/output_length.h"
+#include "model/engine/engine.h"
+#include "model/engine/output_length.h"
 #include "sim/duty_cycle.h"
 #include "sim/faults.h"
 #include "sim/metrics_format.h"

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/request.h"
+#include "core/openai/request.h"
 #include "sim/openai_format.h"
 #include "sim/replica_internal.h"
 

@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/request.h"
+#include "core/openai/request.h"
 #include "core/time.h"
 
 namespace sluice {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/picker/endpoint_state.h"
-#include "core/request.h"
+#include "core/openai/request.h"
 #include "core/time.h"
 
 namespace sluice {

@@ -9,8 +9,8 @@
 #include <map>
 #include <random>
 
-#include "core/engine/engine.h"
-#include "core/engine/tokenizer.h"
+#include "model/engine/engine.h"
+#include "model/engine/tokenizer.h"
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
 

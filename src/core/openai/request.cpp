@@ -1,0 +1,432 @@
+// Request parsing with simdjson on-demand. One pass over the root object: known fields are read
+// into the model, unknown ones are skipped (their JSON is still validated structurally). Nesting
+// depth is checked up front by a byte scan so a hostile body cannot recurse deeply anywhere.
+#include "core/openai/request.h"
+
+#include "core/json_escape.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace sluice {
+namespace od = simdjson::ondemand;
+
+std::string_view to_string(ApiKind k) {
+  switch (k) {
+    case ApiKind::chat: return "chat";
+    case ApiKind::completion: return "completion";
+    case ApiKind::embedding: return "embedding";
+  }
+  return "unknown";
+}
+
+int64_t estimate_tokens(std::string_view text) {
+  return std::max<int64_t>(1, static_cast<int64_t>((text.size() + 3) / 4));
+}
+
+namespace {
+
+ApiError bad(std::string message, std::string param = {}) {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+// One byte scan over the body: the maximum nesting of [ and { outside strings (stopping early once
+// over `limit`), and whether anything but whitespace follows the root value.
+struct Structure {
+  size_t max_depth = 0;
+  bool trailing = false;
+};
+Structure scan_structure(std::string_view s, size_t limit) {
+  Structure st;
+  size_t depth = 0;
+  bool in_string = false, closed = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (closed) {
+      if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
+        st.trailing = true;
+        return st;
+      }
+      continue;
+    }
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > st.max_depth && (st.max_depth = depth) > limit) return st;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      if (--depth == 0) closed = true;
+    }
+  }
+  return st;
+}
+
+std::string_view trim_right(std::string_view s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// Text of a prompt-like value: a string, or an array of strings / token ids / token id arrays.
+// Strings are appended verbatim; anything else contributes its raw JSON so equal inputs still
+// hash equally. Returns the number of top-level inputs, or an error.
+simdjson::error_code append_text_value(od::value v, std::string& out, size_t& count) {
+  od::json_type t;
+  if (auto err = v.type().get(t)) return err;
+  if (t == od::json_type::string) {
+    std::string_view s;
+    if (auto err = v.get_string().get(s)) return err;
+    out.append(s);
+    count = 1;
+    return simdjson::SUCCESS;
+  }
+  if (t != od::json_type::array) return simdjson::INCORRECT_TYPE;
+  od::array arr;
+  if (auto err = v.get_array().get(arr)) return err;
+  count = 0;
+  for (auto el : arr) {
+    od::value item;
+    if (auto err = el.get(item)) return err;
+    od::json_type it;
+    if (auto err = item.type().get(it)) return err;
+    if (count > 0) out.push_back('\n');
+    if (it == od::json_type::string) {
+      std::string_view s;
+      if (auto err = item.get_string().get(s)) return err;
+      out.append(s);
+    } else if (it == od::json_type::number) {
+      out.append(trim_right(item.raw_json_token()));
+    } else if (it == od::json_type::array) {  // a list of token-id lists
+      od::array ids;
+      if (auto err = item.get_array().get(ids)) return err;
+      for (auto id : ids) {
+        uint64_t n;
+        if (auto err = id.get_uint64().get(n)) return err;
+        out.append(std::to_string(n)).push_back(' ');
+      }
+    } else {
+      return simdjson::INCORRECT_TYPE;
+    }
+    ++count;
+  }
+  return simdjson::SUCCESS;
+}
+
+simdjson::error_code read_message(od::object obj, ChatMessage& m) {
+  for (auto field : obj) {
+    std::string_view key;
+    if (auto err = field.unescaped_key().get(key)) return err;
+    od::value v;
+    if (auto err = field.value().get(v)) return err;
+    if (key == "role") {
+      std::string_view s;
+      if (auto err = v.get_string().get(s)) return err;
+      m.role.assign(s);
+    } else if (key == "content") {
+      od::json_type t;
+      if (auto err = v.type().get(t)) return err;
+      if (t == od::json_type::null) continue;
+      if (t == od::json_type::string) {
+        std::string_view s;
+        if (auto err = v.get_string().get(s)) return err;
+        m.content.assign(s);
+      } else if (t == od::json_type::array) {
+        // Content parts: text parts are joined in order, other parts keep their JSON.
+        od::array parts;
+        if (auto err = v.get_array().get(parts)) return err;
+        for (auto p : parts) {
+          od::object part;
+          if (auto err = p.get_object().get(part)) return err;
+          // A text part contributes its text; other parts (images, audio) their fields' JSON,
+          // so equal inputs still hash equally.
+          for (auto pf : part) {
+            std::string_view pk, raw;
+            od::value pv;
+            if (auto err = pf.unescaped_key().get(pk)) return err;
+            if (auto err = pf.value().get(pv)) return err;
+            if (pk == "text") {
+              std::string_view text;
+              if (auto err = pv.get_string().get(text)) return err;
+              m.content.append(text);
+            } else if (pk == "image_url" || pk == "input_audio") {
+              od::object media;
+              if (auto err = pv.get_object().get(media)) return err;
+              for (auto mf : media) {
+                std::string_view mv;
+                od::value mval;
+                if (auto err = mf.value().get(mval)) return err;
+                if (!mval.get_string().get(mv)) m.content.append(mv);
+              }
+            }
+          }
+        }
+      } else {
+        return simdjson::INCORRECT_TYPE;
+      }
+    } else if (key == "name" || key == "tool_call_id") {
+      std::string_view s;  // part of what the engine renders
+      if (!v.get_string().get(s)) m.content.append(s);
+    }
+    // Other members (tool_calls...) are skipped by the iterator.
+  }
+  if (m.role.empty()) return simdjson::NO_SUCH_FIELD;
+  return simdjson::SUCCESS;
+}
+
+// Consumes a value we do not use, validating it all the way down: the on-demand iterator would
+// otherwise step over a malformed member (e.g. `"x": :::`) without looking at it (a fuzzer find).
+simdjson::error_code consume_value(od::value v) {
+  od::json_type t;
+  if (auto err = v.type().get(t)) return err;
+  switch (t) {
+    case od::json_type::object: {
+      od::object obj;
+      if (auto err = v.get_object().get(obj)) return err;
+      for (auto f : obj) {
+        std::string_view k;
+        od::value fv;
+        if (auto err = f.unescaped_key().get(k)) return err;
+        if (auto err = f.value().get(fv)) return err;
+        if (auto err = consume_value(fv)) return err;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::array: {
+      od::array arr;
+      if (auto err = v.get_array().get(arr)) return err;
+      for (auto el : arr) {
+        od::value ev;
+        if (auto err = el.get(ev)) return err;
+        if (auto err = consume_value(ev)) return err;
+      }
+      return simdjson::SUCCESS;
+    }
+    case od::json_type::string: {
+      std::string_view s;
+      return v.get_string().get(s);
+    }
+    case od::json_type::number: {
+      double d;
+      return v.get_double().get(d);
+    }
+    case od::json_type::boolean: {
+      bool b;
+      return v.get_bool().get(b);
+    }
+    case od::json_type::null: {
+      bool is_null = false;  // get() only: simdjson's implicit conversions throw
+      if (auto err = v.is_null().get(is_null)) return err;
+      return is_null ? simdjson::SUCCESS : simdjson::INCORRECT_TYPE;
+    }
+  }
+  return simdjson::INCORRECT_TYPE;
+}
+
+std::optional<int64_t> max_of(std::optional<int64_t> a, int64_t b) {
+  return a ? std::max(*a, b) : b;
+}
+
+}  // namespace
+
+ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits& limits) {
+  ParseResult result;
+  if (body.empty()) {
+    result.error = bad("Request body is empty; expected a JSON object.");
+    return result;
+  }
+  if (!simdjson::validate_utf8(body.data(), body.size())) {
+    result.error = bad("Request body is not valid UTF-8.");
+    return result;
+  }
+  const Structure structure = scan_structure(body, limits.max_depth);
+  if (structure.max_depth > limits.max_depth) {
+    result.error = bad(fmt::format("JSON nesting is deeper than the limit of {}.", limits.max_depth));
+    return result;
+  }
+  if (structure.trailing) {
+    result.error = bad("We could not parse the JSON body of your request (trailing content after the object).");
+    return result;
+  }
+
+  thread_local od::parser parser;
+  thread_local simdjson::padded_string buffer;
+  if (buffer.size() < body.size() || buffer.size() > (1u << 20) + body.size()) {
+    buffer = simdjson::padded_string(body.size());
+  }
+  std::memcpy(buffer.data(), body.data(), body.size());
+  simdjson::padded_string_view padded(buffer.data(), body.size(), buffer.size() + simdjson::SIMDJSON_PADDING);
+
+  RequestModel req;
+  req.kind = kind;
+  bool have_model = false, have_messages = false, have_prompt = false;
+
+  auto fail = [&](std::string msg, std::string param = {}) {
+    result.error = bad(std::move(msg), std::move(param));
+    return result;
+  };
+
+  od::document doc;
+  if (parser.iterate(padded).get(doc)) return fail("We could not parse the JSON body of your request.");
+  od::object root;
+  if (doc.get_object().get(root)) return fail("The request body must be a JSON object.");
+
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return fail("We could not parse the JSON body of your request.");
+    od::value v;
+    if (field.value().get(v)) return fail("We could not parse the JSON body of your request.");
+    const std::string param(key);
+
+    if (key == "model") {
+      std::string_view raw = trim_right(v.raw_json_token()), s;
+      if (v.get_string().get(s)) return fail("'model' must be a string.", param);
+      req.model.assign(s);
+      req.model_value_offset = static_cast<size_t>(raw.data() - buffer.data());
+      req.model_value_length = raw.size();
+      have_model = true;
+    } else if (key == "stream") {
+      od::json_type t;
+      if (v.type().get(t)) return fail("'stream' must be a boolean.", param);
+      if (t == od::json_type::null) continue;
+      if (v.get_bool().get(req.stream)) return fail("'stream' must be a boolean.", param);
+    } else if (key == "stream_options") {
+      od::json_type t;
+      if (v.type().get(t)) return fail("'stream_options' must be an object.", param);
+      if (t == od::json_type::null) continue;
+      od::object so;
+      if (v.get_object().get(so)) return fail("'stream_options' must be an object.", param);
+      req.has_stream_options = true;
+      for (auto f : so) {
+        std::string_view k;
+        od::value sv;
+        if (f.unescaped_key().get(k) || f.value().get(sv)) return fail("'stream_options' is malformed.", param);
+        if (k == "include_usage") {
+          if (sv.get_bool().get(req.include_usage))
+            return fail("'stream_options.include_usage' must be a boolean.", "stream_options.include_usage");
+        } else if (consume_value(sv)) {
+          return fail("'stream_options' is malformed.", param);
+        }
+      }
+    } else if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens") {
+      od::json_type t;
+      if (v.type().get(t)) return fail(fmt::format("'{}' must be an integer.", key), param);
+      if (t == od::json_type::null) continue;
+      int64_t n;
+      if (v.get_int64().get(n)) return fail(fmt::format("'{}' must be an integer.", key), param);
+      if (n < 0) return fail(fmt::format("'{}' must be at least 0, got {}.", key, n), param);
+      req.max_output_tokens = max_of(req.max_output_tokens, n);
+    } else if (key == "messages" && kind == ApiKind::chat) {
+      od::array arr;
+      if (v.get_array().get(arr)) return fail("'messages' must be an array of message objects.", param);
+      size_t i = 0;
+      for (auto el : arr) {
+        od::object mo;
+        if (el.get_object().get(mo))
+          return fail(fmt::format("'messages[{}]' must be an object.", i), fmt::format("messages[{}]", i));
+        ChatMessage m;
+        if (auto err = read_message(mo, m))
+          return fail(err == simdjson::NO_SUCH_FIELD
+                          ? fmt::format("'messages[{}].role' is required.", i)
+                          : fmt::format("'messages[{}]' is malformed: role must be a string and content a string or an array of parts.", i),
+                      fmt::format("messages[{}]", i));
+        req.messages.push_back(std::move(m));
+        if (++i > limits.max_messages) return fail("Too many messages.", param);
+      }
+      have_messages = true;
+    } else if ((key == "prompt" && kind == ApiKind::completion) || (key == "input" && kind == ApiKind::embedding)) {
+      size_t count = 0;
+      if (append_text_value(v, req.prompt, count))
+        return fail(fmt::format("'{}' must be a string, an array of strings, or an array of token ids.", key), param);
+      req.num_inputs = count;
+      have_prompt = true;
+    } else if (key == "user") {
+      std::string_view s;
+      if (v.get_string().get(s)) return fail("'user' must be a string.", param);
+      req.user.assign(s);
+    } else if (key == "priority") {
+      if (v.get_int64().get(req.priority.emplace())) return fail("'priority' must be an integer.", param);
+    } else if (key == "cache_salt") {
+      std::string_view s;
+      if (v.get_string().get(s)) return fail("'cache_salt' must be a string.", param);
+      req.cache_salt.assign(s);
+    } else if (consume_value(v)) {
+      return fail(fmt::format("We could not parse the JSON body of your request (the value of '{}' is malformed).", key));
+    }
+  }
+
+  if (!have_model || req.model.empty()) return fail("You must provide a model parameter.", "model");
+  switch (kind) {
+    case ApiKind::chat:
+      if (!have_messages || req.messages.empty())
+        return fail("'messages' is required and must contain at least one message.", "messages");
+      req.rendered = render_chat(req.messages);
+      break;
+    case ApiKind::completion:
+      if (!have_prompt) return fail("'prompt' is required.", "prompt");
+      req.rendered = req.prompt;
+      break;
+    case ApiKind::embedding:
+      if (!have_prompt || req.num_inputs == 0) return fail("'input' is required and must not be empty.", "input");
+      req.rendered = req.prompt;
+      break;
+  }
+  result.request = std::move(req);
+  return result;
+}
+
+
+std::string rewrite_body(std::string_view body, const RequestModel& req, const BodyRewrite& rw) {
+  const bool inject_max = rw.inject_max_tokens && !req.max_output_tokens;
+  const bool inject_usage = rw.inject_include_usage && !req.include_usage;
+  if (!rw.model && !inject_max && !inject_usage) return std::string(body);
+
+  std::string out;
+  out.reserve(body.size() + 96);
+  std::string_view head = body.substr(0, req.model_value_offset);
+  std::string_view tail = body.substr(req.model_value_offset + req.model_value_length);
+  out.append(head);
+  if (rw.model) append_json_string(out, *rw.model);
+  else out.append(body.substr(req.model_value_offset, req.model_value_length));
+  // Extra members are inserted right after the model member; the model is always a member of the
+  // root object, so this keeps the JSON valid without re-serialising the body.
+  if (inject_max) out += fmt::format(",\"max_tokens\":{}", *rw.inject_max_tokens);
+  if (inject_usage) {
+    if (req.has_stream_options) {
+      // Replace by a later duplicate key: JSON parsers (Python's, simdjson's) take the last one.
+      out.append(tail);
+      // Insert before the final closing brace.
+      size_t close = out.find_last_of('}');
+      out.insert(close, ",\"stream_options\":{\"include_usage\":true}");
+      return out;
+    }
+    out += ",\"stream_options\":{\"include_usage\":true}";
+  }
+  out.append(tail);
+  return out;
+}
+
+std::string error_json(const ApiError& e) {
+  std::string out = "{\"error\":{\"message\":";
+  append_json_string(out, e.message);
+  out += ",\"type\":";
+  append_json_string(out, e.type);
+  out += ",\"param\":";
+  if (e.param.empty()) out += "null";
+  else append_json_string(out, e.param);
+  out += ",\"code\":";
+  if (e.code.empty()) out += "null";
+  else append_json_string(out, e.code);
+  out += "}}";
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,77 @@
+// The request model: an OpenAI-compatible request body parsed once (simdjson on-demand) into the
+// fields that routing, admission and accounting need. The original bytes are kept by the caller
+// and forwarded unchanged unless a rewrite (alias target, injected max_tokens or stream_options)
+// is needed; `rewrite_body` performs those edits on the original bytes.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/openai/chat_template.h"
+
+namespace sluice {
+
+enum class ApiKind { chat, completion, embedding };
+std::string_view to_string(ApiKind k);
+
+struct ParseLimits {
+  size_t max_depth = 64;          // deeper JSON nesting is refused
+  size_t max_messages = 100000;
+};
+
+struct RequestModel {
+  ApiKind kind = ApiKind::chat;
+  std::string model;
+  bool stream = false;
+  bool has_stream_options = false;
+  bool include_usage = false;
+  // Largest of max_tokens / max_completion_tokens / max_output_tokens when any is present.
+  std::optional<int64_t> max_output_tokens;
+  std::vector<ChatMessage> messages;  // chat: all messages in order
+  std::string prompt;                 // completions: the prompt; embeddings: the input(s), joined
+  size_t num_inputs = 1;              // embeddings: number of inputs
+  std::string user;
+  std::optional<int64_t> priority;    // vLLM's `priority` body field, if given
+  std::string cache_salt;
+  // Byte span of the "model" value (including its quotes) in the original body, for rewriting.
+  size_t model_value_offset = 0;
+  size_t model_value_length = 0;
+  // The text the engine will see: chat rendered through the chat template, or the prompt.
+  std::string rendered;
+};
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;   // empty -> null
+  std::string code;    // empty -> null
+};
+
+struct ParseResult {
+  std::optional<RequestModel> request;
+  ApiError error;  // meaningful when !request
+  bool ok() const { return request.has_value(); }
+};
+
+// Parses `body`. Never throws. Invalid JSON, wrong types, missing model, invalid UTF-8, too-deep
+// nesting and empty prompts give a 400 with a message naming the offending field.
+ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits& limits = {});
+
+// Estimated input tokens from characters (~4 characters per token, at least 1).
+int64_t estimate_tokens(std::string_view text);
+
+struct BodyRewrite {
+  std::optional<std::string> model;           // replace the model value
+  std::optional<int64_t> inject_max_tokens;   // add "max_tokens" when the request has no bound
+  bool inject_include_usage = false;          // add/force stream_options.include_usage=true
+};
+// Applies the rewrite to the original body; returns the body unchanged when nothing is asked.
+std::string rewrite_body(std::string_view body, const RequestModel& req, const BodyRewrite& rw);
+
+// {"error":{"message":...,"type":...,"param":...,"code":...}}
+std::string error_json(const ApiError& e);
+
+}  // namespace sluice

@@ -1,0 +1,296 @@
+#include "gateway/http/session.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http.hpp>
+
+#include "gateway/gateway.h"
+#include "gateway/http/http_util.h"
+#include "gateway/proxy.h"
+#include "gateway/server.h"
+
+namespace sluice {
+
+namespace http = boost::beast::http;
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr size_t kMaxEarlyBytes = 64 << 10;
+}  // namespace
+
+Session::Session(Worker& worker, tcp::socket socket)
+    : worker_(worker), client_(std::move(socket)), watchdog_(client_.get_executor()) {
+  gateway().connections.fetch_add(1, std::memory_order_relaxed);
+  worker_.add(this);
+}
+
+Session::~Session() {
+  worker_.remove(this);
+  gateway().connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+Gateway& Session::gateway() { return worker_.gateway(); }
+UpstreamPool& Session::upstream_pool() { return worker_.upstream(); }
+
+void Session::start(Worker& worker, tcp::socket socket) {
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  auto self = std::make_shared<Session>(worker, std::move(socket));
+  asio::co_spawn(self->client_.get_executor(),
+                 [self]() -> asio::awaitable<void> { co_await self->watchdog_.run([s = self.get()](Phase p) { s->on_deadline(p); }); },
+                 asio::detached);
+  asio::co_spawn(self->client_.get_executor(), [self]() { return self->run(); }, asio::detached);
+}
+
+void Session::on_deadline(Phase phase) {
+  boost::system::error_code ignored;
+  switch (phase) {
+    case Phase::first_byte:
+    case Phase::stream_gap:
+    case Phase::connect:
+      if (upstream_) upstream_->close(ignored);
+      break;
+    case Phase::total:
+      if (upstream_) upstream_->close(ignored);
+      client_.cancel(ignored);
+      break;
+    default:
+      client_.cancel(ignored);
+  }
+}
+
+void Session::close_if_idle() {
+  if (idle_) {
+    boost::system::error_code ignored;
+    client_.cancel(ignored);
+  }
+}
+
+void Session::abort() {
+  boost::system::error_code ignored;
+  client_gone_ = true;
+  if (upstream_) upstream_->close(ignored);
+  client_.close(ignored);
+}
+
+asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std::string_view c) {
+  if (client_gone_) co_return false;
+  std::array<asio::const_buffer, 3> bufs{asio::buffer(a), asio::buffer(b), asio::buffer(c)};
+  auto [ec, n] = co_await asio::async_write(client_, bufs, use_tuple);
+  if (ec) client_gone_ = true;
+  co_return !ec;
+}
+
+void Session::start_watch() {
+  watching_ = true;
+  if (watch_pending_ || !client_.is_open()) return;
+  watch_pending_ = true;
+  client_.async_read_some(asio::buffer(watch_buf_),
+                          [self = shared_from_this()](boost::system::error_code ec, size_t n) { self->on_watch(ec, n); });
+}
+
+void Session::on_watch(boost::system::error_code ec, size_t n) {
+  watch_pending_ = false;
+  if (!ec && n > 0) {
+    early_bytes_.append(watch_buf_.data(), n);  // a pipelined next request: kept for the loop
+    if (watching_ && early_bytes_.size() < kMaxEarlyBytes) {
+      start_watch();
+      return;
+    }
+  } else if (ec != asio::error::operation_aborted) {
+    client_gone_ = true;  // EOF or reset: the client left
+    boost::system::error_code ignored;
+    if (watching_ && upstream_) upstream_->close(ignored);  // the engine sees the abort at once
+  }
+  if (watch_stopped_) watch_stopped_->cancel();
+}
+
+asio::awaitable<void> Session::stop_watch() {
+  watching_ = false;
+  if (!watch_pending_) co_return;
+  boost::system::error_code ignored;
+  client_.cancel(ignored);
+  // The cancelled read's handler is queued before this continuation on the connection's
+  // (single-threaded) io_context; the timer is only a fallback.
+  co_await asio::post(client_.get_executor(), asio::use_awaitable);
+  while (watch_pending_) {
+    if (!watch_stopped_) watch_stopped_ = std::make_unique<asio::steady_timer>(client_.get_executor());
+    watch_stopped_->expires_at(asio::steady_timer::time_point::max());
+    co_await watch_stopped_->async_wait(use_tuple);
+  }
+}
+
+asio::awaitable<void> Session::while_watching_client(asio::awaitable<void> work) {
+  start_watch();
+  std::exception_ptr error;
+  try {
+    co_await std::move(work);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  co_await stop_watch();
+  if (error) std::rethrow_exception(error);
+}
+
+namespace {
+
+std::string_view path_of(std::string_view target) {
+  auto q = target.find('?');
+  return q == std::string_view::npos ? target : target.substr(0, q);
+}
+
+// Lingering close: stop sending, then read and drop what the client still sends for a moment so
+// the kernel does not answer it with a reset that could destroy our response in flight.
+asio::awaitable<void> linger_close(tcp::socket& s, Watchdog& wd) {
+  boost::system::error_code ignored;
+  s.shutdown(tcp::socket::shutdown_send, ignored);
+  wd.arm(std::chrono::seconds(1), Phase::idle);
+  char sink[4096];
+  size_t dropped = 0;
+  while (dropped < (1u << 20)) {
+    auto [ec, n] = co_await s.async_read_some(asio::buffer(sink), use_tuple);
+    if (ec) break;
+    dropped += n;
+  }
+  wd.disarm();
+  s.close(ignored);
+}
+
+}  // namespace
+
+asio::awaitable<void> Session::run() {
+  auto self = shared_from_this();  // keeps the session alive for the coroutine's life
+  auto& gw = gateway();
+  const ServerLimits limits = gw.current()->config->limits;  // a connection keeps the limits it started with
+  bool first = true;
+  bool linger = false;
+  // (Built here: GCC 12 miscompiles initializer lists inside co_await expressions.)
+  const ResponseHeaders allow_post{{"Allow", "POST"}}, allow_get{{"Allow", "GET"}};
+
+  auto reply_error = [&](ApiError e, std::string_view reason) -> asio::awaitable<void> {
+    co_await write(error_response(e, false));
+    RequestRecord r;
+    r.id = new_request_id();
+    r.status = e.status;
+    r.outcome = Outcome::rejected;
+    r.reason = reason;
+    gw.complete(r);
+    linger = true;
+  };
+
+  for (;;) {
+    if (!early_bytes_.empty()) {
+      auto b = buffer_.prepare(early_bytes_.size());
+      std::memcpy(b.data(), early_bytes_.data(), early_bytes_.size());
+      buffer_.commit(early_bytes_.size());
+      early_bytes_.clear();
+    }
+    if (buffer_.size() == 0) {
+      if (worker_.draining()) break;
+      idle_ = true;
+      watchdog_.arm(first ? limits.header_timeout : limits.idle_timeout, Phase::idle);
+      auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);
+      idle_ = false;
+      if (ec || n == 0) break;  // closed, idle timeout, or drain
+      buffer_.commit(n);
+    }
+    first = false;
+
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
+    parser.body_limit(limits.max_body_bytes);
+    watchdog_.arm(limits.header_timeout, Phase::header);
+    auto [hec, hn] = co_await http::async_read_header(client_, buffer_, parser, use_tuple);
+    if (hec) {
+      if (watchdog_.expired() == Phase::header)
+        co_await reply_error(api_error(408, "Timed out reading the request headers.", "invalid_request_error", {}, "request_timeout"), "header_timeout");
+      else if (hec == http::error::body_limit)  // Content-Length over the limit, seen with the headers
+        co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
+                                       "invalid_request_error", {}, "request_too_large"), "body_too_large");
+      else if (hec == http::error::header_limit)
+        co_await reply_error(api_error(431, "Request headers are too large.", "invalid_request_error", {}, "headers_too_large"), "headers_too_large");
+      else if (hec != http::error::end_of_stream && hec != asio::error::eof && hec != asio::error::connection_reset &&
+               hec != asio::error::operation_aborted)
+        co_await reply_error(api_error(400, "Malformed HTTP request: " + hec.message() + "."), "bad_http");
+      break;
+    }
+    ActiveRequest active(gw);
+    auto& req = parser.get();
+    bool keep_alive = req.keep_alive() && !worker_.draining();
+
+    if (parser.content_length() && *parser.content_length() > limits.max_body_bytes) {
+      co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
+                                     "invalid_request_error", {}, "request_too_large"), "body_too_large");
+      break;
+    }
+    if (!parser.is_done()) {
+      auto expect = req[http::field::expect];
+      if (expect.size() == 12 && boost::beast::iequals(expect, "100-continue"))
+        co_await write("HTTP/1.1 100 Continue\r\n\r\n");
+      watchdog_.arm(limits.header_timeout, Phase::body);
+      auto [bec, bn] = co_await http::async_read(client_, buffer_, parser, use_tuple);
+      if (bec) {
+        if (watchdog_.expired() == Phase::body)
+          co_await reply_error(api_error(408, "Timed out reading the request body.", "invalid_request_error", {}, "request_timeout"), "body_timeout");
+        else if (bec == http::error::body_limit)
+          co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
+                                         "invalid_request_error", {}, "request_too_large"), "body_too_large");
+        else if (bec != http::error::end_of_stream && bec != asio::error::eof && bec != asio::error::connection_reset &&
+                 bec != http::error::partial_message)
+          co_await reply_error(api_error(400, "Malformed HTTP request body: " + bec.message() + "."), "bad_http");
+        break;
+      }
+    }
+    watchdog_.disarm();
+
+    // ---- route ----
+    const std::string_view path = path_of(req.target());
+    const auto method = req.method();
+    std::optional<ApiKind> kind;
+    if (path == "/v1/chat/completions") kind = ApiKind::chat;
+    else if (path == "/v1/completions") kind = ApiKind::completion;
+    else if (path == "/v1/embeddings") kind = ApiKind::embedding;
+
+    if (kind) {
+      if (method != http::verb::post) {
+        co_await write(error_response(api_error(405, fmt::format("Method {} is not allowed on {}; use POST.", std::string_view(req.method_string()), path),
+                                                "invalid_request_error", {}, "method_not_allowed"),
+                                      keep_alive, allow_post));
+      } else {
+        keep_alive = co_await proxy_request(*this, *kind, req, keep_alive);
+      }
+    } else if (path == "/v1/models" || path == "/healthz" || path == "/readyz") {
+      if (method != http::verb::get && method != http::verb::head) {
+        co_await write(error_response(api_error(405, fmt::format("Method {} is not allowed on {}; use GET.", std::string_view(req.method_string()), path),
+                                                "invalid_request_error", {}, "method_not_allowed"),
+                                      keep_alive, allow_get));
+      } else if (path == "/v1/models") {
+        co_await write(simple_response(200, "application/json", gw.current()->models_json, keep_alive));
+      } else if (path == "/healthz") {
+        co_await write(simple_response(200, "application/json", "{\"status\":\"ok\"}", keep_alive));
+      } else {
+        bool ready = gw.ready();
+        co_await write(simple_response(ready ? 200 : 503, "application/json",
+                                       ready ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}", keep_alive));
+      }
+    } else {
+      co_await write(error_response(api_error(404, fmt::format("Unknown path {}.", path), "invalid_request_error", {}, "not_found"),
+                                    keep_alive));
+    }
+    if (!keep_alive || client_gone_) break;
+  }
+  watchdog_.disarm();
+  if (linger && !client_gone_) {
+    co_await linger_close(client_, watchdog_);
+  } else {
+    boost::system::error_code ignored;
+    client_.shutdown(tcp::socket::shutdown_send, ignored);
+    client_.close(ignored);
+  }
+  watchdog_.stop();
+}
+
+}  // namespace sluice

@@ -1,0 +1,87 @@
+#include "gateway/observability/endpoint_metrics.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <vector>
+
+#include "gateway/observability/metrics.h"
+
+namespace sluice {
+
+namespace {
+
+struct Series {
+  const char* name;
+  const char* type;
+  const char* help;
+  // Returns false when the endpoint has no value for this series (e.g. nothing scraped yet).
+  std::function<bool(const EndpointSnapshot&, Time, double&)> value;
+};
+
+const std::vector<Series>& series() {
+  static const std::vector<Series> s = {
+      {"sluice_picks_total", "counter", "Dispatches per endpoint.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = double(e.load.picks_total); return true; }},
+      {"sluice_endpoint_inflight_requests", "gauge", "The gateway's own in-flight count.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = double(e.load.in_flight); return true; }},
+      {"sluice_endpoint_healthy", "gauge", "1 when the endpoint takes traffic.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = e.healthy ? 1 : 0; return true; }},
+      {"sluice_endpoint_stale", "gauge", "1 when the endpoint's metrics are older than the stale threshold.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = e.stale ? 1 : 0; return true; }},
+      {"sluice_endpoint_scrape_age_seconds", "gauge", "Age of the last successful metrics scrape.",
+       [](const EndpointSnapshot& e, Time now, double& v) {
+         if (!e.signals.present) return false;
+         v = to_seconds(now - e.signals.scraped_at);
+         return true;
+       }},
+      {"sluice_endpoint_scrape_errors_total", "counter", "Failed metrics scrapes.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = double(e.load.scrape_errors_total); return true; }},
+      {"sluice_endpoint_waiting_requests", "gauge", "Engine-reported waiting requests.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = e.signals.waiting; return e.signals.present; }},
+      {"sluice_endpoint_running_requests", "gauge", "Engine-reported running requests.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = e.signals.running; return e.signals.present; }},
+      {"sluice_endpoint_kv_usage_ratio", "gauge", "Engine-reported KV cache usage, 0..1.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = e.signals.kv_usage; return e.signals.present; }},
+      {"sluice_endpoint_duty_cycle_ratio", "gauge", "GPU busy fraction, 0..1 (engine gauge or DCGM exporter).",
+       [](const EndpointSnapshot& e, Time, double& v) {
+         v = e.signals.duty_cycle;
+         return e.signals.present && e.signals.duty_cycle >= 0;
+       }},
+      {"sluice_prefix_prompt_tokens_total", "counter", "Estimated prompt tokens dispatched.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = double(e.load.input_tokens_total); return true; }},
+      {"sluice_prefix_predicted_cached_tokens_total", "counter", "Prompt tokens the picker predicted cached.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = double(e.load.predicted_cached_tokens_total); return true; }},
+      {"sluice_engine_prefix_cache_queries_tokens_total", "counter",
+       "Engine-reported prefix cache lookups in tokens, as scraped.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = e.signals.prefix_queries; return e.signals.present; }},
+      {"sluice_engine_prefix_cache_hits_tokens_total", "counter",
+       "Engine-reported prefix cache hits in tokens, as scraped.",
+       [](const EndpointSnapshot& e, Time, double& v) { v = e.signals.prefix_hits; return e.signals.present; }},
+  };
+  return s;
+}
+
+}  // namespace
+
+void append_endpoint_metrics(std::string& out,
+                             const std::map<std::string, std::shared_ptr<PoolRuntime>, std::less<>>& pools,
+                             Time now) {
+  std::vector<std::pair<std::string, std::vector<EndpointSnapshot>>> snapshots;
+  for (const auto& [name, pool] : pools) snapshots.emplace_back(name, pool->router.snapshot(now));
+  for (const auto& s : series()) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", s.name, s.help, s.name, s.type);
+    for (const auto& [pool, endpoints] : snapshots) {
+      for (const auto& ep : endpoints) {
+        double v = 0;
+        if (!s.value(ep, now, v)) continue;
+        out += s.name;
+        out += '{';
+        append_labels(out, {"pool", "endpoint"}, {pool, ep.name});
+        out += fmt::format("}} {}\n", v);
+      }
+    }
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,161 @@
+#include "gateway/signals/health_checker.h"
+
+#include <atomic>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "gateway/observability/metrics.h"
+
+namespace sluice {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+struct HealthCheckers::Impl {
+  asio::strand<asio::io_context::executor_type> strand;
+  std::atomic<bool> stopping{false};
+  std::vector<std::shared_ptr<asio::cancellation_signal>> signals;  // touched on the strand only
+  explicit Impl(asio::io_context& io) : strand(asio::make_strand(io)) {}
+};
+
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// One probe: connect, GET, read the response; true on a 2xx within `timeout`.
+asio::awaitable<bool> probe(const Address& addr, const std::string& path, Duration timeout, std::string& error) {
+  auto ex = co_await asio::this_coro::executor;
+  beast::tcp_stream stream(ex);
+  stream.expires_after(timeout);
+  boost::system::error_code ec;
+  auto ip = asio::ip::make_address(addr.host, ec);
+  tcp::endpoint target;
+  if (!ec) {
+    target = tcp::endpoint(ip, addr.port);
+  } else {
+    tcp::resolver resolver(ex);
+    auto [rerr, results] = co_await resolver.async_resolve(addr.host, std::to_string(addr.port), use_tuple);
+    if (rerr || results.empty()) {
+      error = "resolve: " + rerr.message();
+      co_return false;
+    }
+    target = *results.begin();
+  }
+  auto [cerr] = co_await stream.async_connect(target, use_tuple);
+  if (cerr) {
+    error = "connect: " + cerr.message();
+    co_return false;
+  }
+  http::request<http::empty_body> req{http::verb::get, path, 11};
+  req.set(http::field::host, addr.str());
+  req.set(http::field::user_agent, "sluice-health");
+  req.keep_alive(false);
+  auto [werr, wn] = co_await http::async_write(stream, req, use_tuple);
+  if (werr) {
+    error = "write: " + werr.message();
+    co_return false;
+  }
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64u << 10);
+  auto [rerr, rn] = co_await http::async_read(stream, buf, parser, use_tuple);
+  if (rerr) {
+    error = "read: " + rerr.message();
+    co_return false;
+  }
+  const int status = parser.get().result_int();
+  if (status < 200 || status >= 300) {
+    error = "status " + std::to_string(status);
+    co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<void> check_loop(std::shared_ptr<HealthCheckers::Impl> impl, PoolHealth* pool, size_t index,
+                                 std::function<Time()> now, std::shared_ptr<const void> keep) {
+  const PoolConfig& pc = pool->router().config();
+  const Address addr = pc.endpoints.at(index).address;
+  const std::string name = pc.name + "/" + pc.endpoints.at(index).name;
+  const HealthCheckConfig hc = pc.health;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  std::string last_error;
+  while (!impl->stopping.load()) {
+    const auto started = std::chrono::steady_clock::now();
+    std::string error;
+    const bool ok = co_await probe(addr, hc.path, hc.timeout, error);
+    if (impl->stopping.load()) break;  // cancelled by stop(): not the endpoint's fault
+    if (error != last_error && !error.empty()) spdlog::debug("health check {}: {}", name, error);
+    last_error = error;
+    pool->on_probe(index, ok, now());
+    pool->refresh(now());
+    timer.expires_at(started + hc.interval);
+    co_await timer.async_wait(use_tuple);
+  }
+}
+
+}  // namespace
+
+void add_health_metrics(MetricsRegistry& registry, std::function<std::vector<std::shared_ptr<PoolHealth>>()> pools) {
+  registry.add_collector([pools = std::move(pools)](std::string& out) {
+    std::string retries, refused, ejections, failures;
+    for (const auto& p : pools()) {
+      const PoolConfig& pc = p->router().config();
+      std::string labels;
+      append_labels(labels, {"pool"}, {pc.name});
+      retries += fmt::format("sluice_retries_total{{{}}} {}\n", labels, p->retries_total());
+      refused += fmt::format("sluice_retries_refused_total{{{}}} {}\n", labels, p->retries_refused_total());
+      for (size_t i = 0; i < pc.endpoints.size(); ++i) {
+        labels.clear();
+        append_labels(labels, {"pool", "endpoint"}, {pc.name, pc.endpoints[i].name});
+        const auto& c = p->counters(i);
+        ejections += fmt::format("sluice_outlier_ejections_total{{{}}} {}\n", labels, c.ejections.load());
+        failures += fmt::format("sluice_health_check_failures_total{{{}}} {}\n", labels, c.probe_failures.load());
+      }
+    }
+    out += "# HELP sluice_retries_total Upstream attempts retried on another endpoint.\n# TYPE sluice_retries_total counter\n" + retries;
+    out += "# HELP sluice_retries_refused_total Retries the pool's retry budget refused.\n"
+           "# TYPE sluice_retries_refused_total counter\n" + refused;
+    out += "# HELP sluice_outlier_ejections_total Passive outlier ejections.\n"
+           "# TYPE sluice_outlier_ejections_total counter\n" + ejections;
+    out += "# HELP sluice_health_check_failures_total Failed active health probes.\n"
+           "# TYPE sluice_health_check_failures_total counter\n" + failures;
+  });
+}
+
+void HealthCheckers::stop() {
+  if (!impl_ || impl_->stopping.exchange(true)) return;
+  asio::post(impl_->strand, [impl = impl_] {
+    for (auto& s : impl->signals) s->emit(asio::cancellation_type::terminal);
+  });
+}
+
+std::shared_ptr<HealthCheckers> start_health_checkers(asio::io_context& io, const std::vector<PoolHealth*>& pools,
+                                                      std::function<Time()> now, std::shared_ptr<const void> keep) {
+  auto h = std::make_shared<HealthCheckers>();
+  h->impl_ = std::make_shared<HealthCheckers::Impl>(io);
+  for (PoolHealth* p : pools) {
+    if (!p || !p->router().config().health.enabled) continue;
+    for (size_t i = 0; i < p->router().size(); ++i) {
+      auto sig = std::make_shared<asio::cancellation_signal>();
+      h->impl_->signals.push_back(sig);
+      asio::co_spawn(h->impl_->strand, check_loop(h->impl_, p, i, now, keep),
+                     asio::bind_cancellation_slot(sig->slot(), asio::detached));
+    }
+  }
+  return h;
+}
+
+}  // namespace sluice

@@ -1,0 +1,61 @@
+#include "core/openai/response_fields.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice {
+namespace {
+
+TEST(ModelRewriter, RewritesTheModelMemberOnly) {
+  ModelRewriter rw("meta/Llama-3.1-8B", "llama-3-8b");
+  std::string out;
+  EXPECT_TRUE(rw.append("data: {\"id\":\"x\",\"model\":\"meta/Llama-3.1-8B\",\"choices\":[]}\n\n", out));
+  EXPECT_EQ(out, "data: {\"id\":\"x\",\"model\":\"llama-3-8b\",\"choices\":[]}\n\n");
+}
+
+TEST(ModelRewriter, KeepsWhitespaceAndSkipsOtherValues) {
+  ModelRewriter rw("a", "b");
+  std::string out;
+  EXPECT_TRUE(rw.append("{\"x\":{\"model\" : \"z\"}, \"model\": \"a\"}", out));
+  EXPECT_EQ(out, "{\"x\":{\"model\" : \"z\"}, \"model\": \"b\"}");
+}
+
+TEST(ModelRewriter, IgnoresEscapedTextInsideStrings) {
+  ModelRewriter rw("a", "b");
+  std::string out;
+  const std::string text = "{\"content\":\"say \\\"model\\\":\\\"a\\\"\"}";
+  EXPECT_FALSE(rw.append(text, out));
+  EXPECT_EQ(out, text);
+}
+
+TEST(ModelRewriter, PrefixOfTargetIsNotAMatch) {
+  ModelRewriter rw("llama", "x");
+  std::string out;
+  EXPECT_FALSE(rw.append("{\"model\":\"llama-2\"}", out));
+  EXPECT_EQ(out, "{\"model\":\"llama-2\"}");
+}
+
+TEST(FindUsage, ReadsTokensAndCachedTokens) {
+  auto u = find_usage(R"({"id":"c","choices":[],"usage":{"prompt_tokens":40,"completion_tokens":7,"total_tokens":47,"prompt_tokens_details":{"cached_tokens":32}}})");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->prompt_tokens, 40);
+  EXPECT_EQ(u->completion_tokens, 7);
+  EXPECT_EQ(u->cached_tokens, 32);
+}
+
+TEST(FindUsage, NullOrAbsentOrMalformed) {
+  EXPECT_FALSE(find_usage(R"({"choices":[{"delta":{}}],"usage":null})"));
+  EXPECT_FALSE(find_usage(R"({"choices":[]})"));
+  EXPECT_FALSE(find_usage(R"({"usage":{"prompt_tokens":)"));
+  EXPECT_FALSE(find_usage("[DONE]"));
+}
+
+TEST(CarriesTokens, ClassifiesStreamData) {
+  EXPECT_TRUE(carries_tokens(R"({"choices":[{"delta":{"content":"hi"}}]})"));
+  EXPECT_FALSE(carries_tokens(R"({"choices":[],"usage":{}})"));
+  EXPECT_FALSE(carries_tokens("[DONE]"));
+  EXPECT_FALSE(carries_tokens(R"({"error":{"message":"x"}})"));
+  EXPECT_FALSE(carries_tokens(""));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,69 @@
+#include "gateway/http/http_util.h"
+
+#include <gtest/gtest.h>
+
+#include "gateway/observability/access_log.h"
+
+namespace sluice {
+namespace {
+
+TEST(HttpUtil, ErrorResponseIsOpenAiShaped) {
+  auto out = error_response(api_error(404, "The model `x` does not exist.", "invalid_request_error", "model", "model_not_found"), true);
+  const std::string body = R"({"error":{"message":"The model `x` does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}})";
+  EXPECT_EQ(out.rfind("HTTP/1.1 404 Not Found\r\n", 0), 0u);
+  EXPECT_NE(out.find("Content-Type: application/json\r\n"), std::string::npos);
+  EXPECT_NE(out.find("Content-Length: " + std::to_string(body.size()) + "\r\n"), std::string::npos);
+  EXPECT_EQ(out.find("Connection: close"), std::string::npos);
+  EXPECT_EQ(out.substr(out.size() - body.size()), body);
+}
+
+TEST(HttpUtil, CloseAndExtraHeaders) {
+  auto out = simple_response(405, "application/json", "{}", false, {{"Allow", "POST"}});
+  EXPECT_NE(out.find("Allow: POST\r\n"), std::string::npos);
+  EXPECT_NE(out.find("Connection: close\r\n"), std::string::npos);
+}
+
+TEST(HttpUtil, HopByHopHeadersAreCaseInsensitive) {
+  EXPECT_TRUE(is_hop_by_hop("Connection"));
+  EXPECT_TRUE(is_hop_by_hop("TRANSFER-ENCODING"));
+  EXPECT_TRUE(is_hop_by_hop("content-length"));
+  EXPECT_TRUE(is_hop_by_hop("X-Request-Id"));
+  EXPECT_FALSE(is_hop_by_hop("authorization"));
+  EXPECT_FALSE(is_hop_by_hop("content-type"));
+}
+
+TEST(HttpUtil, RequestIdsAreUniqueHex) {
+  auto a = new_request_id(), b = new_request_id();
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
+}
+
+TEST(HttpUtil, StreamErrorEventsEndWithDone) {
+  auto ev = stream_error_events(api_error(504, "late", "server_error"));
+  EXPECT_EQ(ev, "data: {\"error\":{\"message\":\"late\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
+}
+
+TEST(AccessLog, LineIsJsonWithEveryField) {
+  RequestRecord r;
+  r.id = "id\"1";
+  r.tenant = "t";
+  r.model = "m";
+  r.pool = "p";
+  r.endpoint = "e";
+  r.status = 200;
+  r.outcome = Outcome::client_cancelled;
+  r.prompt_tokens = 10;
+  r.ttft = std::chrono::milliseconds(12);
+  r.duration = std::chrono::milliseconds(30);
+  auto line = access_log_line(r);
+  EXPECT_EQ(line.rfind("{\"id\":\"id\\\"1\",\"tenant\":\"t\",\"model\":\"m\",\"pool\":\"p\",\"endpoint\":\"e\"", 0), 0u) << line;
+  EXPECT_NE(line.find("\"status\":200"), std::string::npos);
+  EXPECT_NE(line.find("\"outcome\":\"client_cancelled\""), std::string::npos);
+  EXPECT_NE(line.find("\"prompt_tokens\":10,\"completion_tokens\":null"), std::string::npos);
+  EXPECT_NE(line.find("\"ttft_ms\":12.000"), std::string::npos);
+  EXPECT_NE(line.find("\"duration_ms\":30.000}"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice
