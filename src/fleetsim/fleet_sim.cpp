@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/admission/admission_queue.h"
+#include "core/admission/dispatcher.h"
 #include "core/admission/fair_share.h"
 #include "core/config.h"
 #include "core/json_escape.h"
@@ -81,7 +82,7 @@ class Simulation {
     }
     router_ = std::make_unique<PoolRouter>(pool, std::move(policy));
     if (cfg.fair_queue) fair_.emplace();
-    if (cfg.fair_queue && cfg.fair_share) share_.emplace();
+    if (cfg.fair_queue) dispatcher_.emplace(FairShareConfig{.enabled = cfg.fair_share});
     for (size_t i = 0; i < cfg.replicas; ++i) {
       auto ec = cfg.engine;
       ec.seed = cfg.engine.seed + i * 7919;
@@ -175,7 +176,7 @@ class Simulation {
         record(f, placed.denial->error.status);
         return;
       }
-      if (share_) share_->on_queued(q.tenant, q.weight, now_, q.priority);
+      dispatcher_->on_queued(id, router_->config().name, q.tenant, q.weight, q.priority, now_);
       parked_.emplace(id, Queued{std::move(req), id, now_});
       drain();
       return;
@@ -228,7 +229,7 @@ class Simulation {
     f.dispatched = now_;
     f.input_tokens = int64_t(er.prompt.size());
     if (ranked.empty()) {
-      if (share_) share_->on_finished(f.tenant_id, now_);
+      if (dispatcher_) dispatcher_->on_finished(id, now_);
       record(f, 503);
       return;
     }
@@ -238,7 +239,7 @@ class Simulation {
     const auto err = rep.engine->submit(std::move(er), now_);
     if (err != engine::SubmitError::none) {
       f.guard.release();
-      if (share_) share_->on_finished(f.tenant_id, now_);
+      if (dispatcher_) dispatcher_->on_finished(id, now_);
       record(f, 400);
       return;
     }
@@ -280,7 +281,7 @@ class Simulation {
         const int status = *out.finished == engine::FinishReason::abort ? 500 : 200;
         f.guard.release();
         record(f, status);
-        if (share_) share_->on_finished(f.tenant_id, now_);
+        if (dispatcher_) dispatcher_->on_finished(out.id, now_);
         flights_.erase(it);
         on_slot_freed();
       }
@@ -300,22 +301,18 @@ class Simulation {
       gateway_queue_.pop_front();
       dispatch(std::move(q.req), q.id, q.sent);
     }
-    const auto eligible = [this](TenantId t, uintptr_t) {
-      if (saturated()) return false;
-      if (!share_) return true;
-      const auto occ = router_->occupancy();
-      return share_->may_dispatch(t, occ.capacity, occ.in_flight, now_);
-    };
-    while (fair_ && !parked_.empty()) {
-      auto d = fair_->pop_next(now_, eligible);
-      if (!d) break;
-      if (share_) share_->on_dispatched(d->tenant);
-      auto it = parked_.find(d->cookie);
-      if (it == parked_.end()) continue;
+    if (!fair_ || parked_.empty()) return;
+    // The gateway's dispatcher (the same object the live gateway runs); a request is placed at
+    // once here, so its promise is kept the moment it is made.
+    const Dispatcher::RouterOf router_of = [this](std::string_view) -> const PoolRouter* { return router_.get(); };
+    dispatcher_->dispatch(*fair_, now_, router_of, [this](const Dispatcher::Popped& p) {
+      auto it = parked_.find(p.cookie);
+      if (it == parked_.end()) return;
       auto q = std::move(it->second);
       parked_.erase(it);
       dispatch(std::move(q.req), q.id, q.sent);
-    }
+      dispatcher_->on_placed(p.cookie);
+    });
   }
 
   void record(const Flight& f, int status) {
@@ -342,7 +339,7 @@ class Simulation {
       f.sent = it->second.sent;
       f.dispatched = now_;
       parked_.erase(it);
-      if (share_) share_->on_left_queue(x.tenant, now_);
+      dispatcher_->on_left_queue(x.cookie, now_);
       record(f, x.denial.error.status);
     }
   }
@@ -384,7 +381,7 @@ class Simulation {
   std::deque<WorkloadRequest> pending_;
   std::deque<Queued> gateway_queue_;
   std::optional<AdmissionQueue> fair_;
-  std::optional<FairShare> share_;  // with fair_ unless disabled: fair shares of the slots
+  std::optional<Dispatcher> dispatcher_;  // with fair_: the live gateway's dispatch rule (core/admission/dispatcher.h)
   std::unordered_map<uint64_t, Queued> parked_;  // in `fair_`, by id (the queue's cookie)
   std::unordered_map<std::string, TenantId> tenant_ids_;
   AdmissionRng admission_rng_{7};

@@ -3,10 +3,20 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <stdexcept>
 
 #include "gateway/observability/endpoint_metrics.h"
 
 namespace sluice {
+
+namespace {
+// 1 us .. 10 s: parse and pick are microseconds, a queue wait or an engine's first byte seconds.
+const std::vector<double>& overhead_buckets() {
+  static const std::vector<double> b{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                                     2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 0.25, 1, 2.5, 10};
+  return b;
+}
+}  // namespace
 
 GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
     : requests(r.counter("sluice_requests_total", "Finished requests by outcome.", {"pool", "model", "status", "outcome"})),
@@ -18,18 +28,31 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
       itl(r.histogram("sluice_itl_seconds", "Gateway-measured gap between streamed token events.", {"pool"},
                       itl_buckets())),
       pick(r.histogram("sluice_pick_duration_seconds", "Picker decision time (ranking every endpoint).", {"pool"},
-                       pick_buckets())) {}
+                       pick_buckets())),
+      overhead_family(r.histogram("sluice_gateway_overhead_seconds",
+                                  "What the gateway itself costs a request, by phase: read_body, parse, admit (with the "
+                                  "queue wait), pick, connect (lease or open an upstream connection), first_upstream_byte "
+                                  "(request sent -> response head: the engine's own time, for comparison).",
+                                  {"phase"}, overhead_buckets())),
+      overhead_series{&overhead_family.with({"read_body"}), &overhead_family.with({"parse"}),
+                      &overhead_family.with({"admit"}), &overhead_family.with({"pick"}),
+                      &overhead_family.with({"connect"}), &overhead_family.with({"first_upstream_byte"})},
+      admin_requests(r.counter("sluice_admin_requests_total", "Answers of the admin listener by path and status.",
+                               {"path", "status"})) {}
 
 Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& options)
     : startup_(config), seed_(options.seed), epoch_(std::chrono::steady_clock::now()), metrics_(registry_),
-      access_log_(options.access_log) {
-  current_.store(build_generation(std::move(config), nullptr, metrics_, seed_));
+      access_log_(options.access_log), admission_host_(AdmissionHost{registry_, [this] { return now(); }, [this] { return current(); }}) {
+  std::string error;
+  auto first = build_generation(std::move(config), nullptr, generation_inputs(seed_), error);
+  if (!first) throw std::runtime_error("admission: " + error);
+  current_.store(std::move(first));
 
   // Series whose values live in the current generation's routers, and the admission layer's.
   registry_.add_collector([this](std::string& out) {
     const auto gen = current();
     append_endpoint_metrics(out, gen->pools, now());
-    if (gen->admission) gen->admission->render(out);
+    gen->admission->render(out);
     out += fmt::format("# HELP sluice_active_requests Requests being served by the gateway.\n"
                        "# TYPE sluice_active_requests gauge\nsluice_active_requests {}\n"
                        "# HELP sluice_open_connections Open client connections.\n"
@@ -38,6 +61,13 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
                        "# TYPE sluice_config_generation gauge\nsluice_config_generation {}\n",
                        active_requests.load(), connections.load(), gen->number);
   });
+}
+
+AdmissionHost Gateway::admission_host() { return admission_host_; }
+
+GenerationInputs Gateway::generation_inputs(uint64_t seed) {
+  return GenerationInputs{metrics_.duration, metrics_.ttft, metrics_.itl, metrics_.pick, metrics_.requests, admission_host_,
+                          seed};
 }
 
 Time Gateway::now() const {
@@ -58,6 +88,11 @@ bool Gateway::ready() const {
 void Gateway::complete(const RequestRecord& r) { complete(r, *current()); }
 
 void Gateway::complete(const RequestRecord& r, const Generation& gen) {
+  if (r.listener == "admin") {
+    metrics_.admin_requests.with({r.path, std::to_string(r.status)}).inc();
+    if (r.status >= 400) access_log_.write(r);
+    return;
+  }
   if (r.outcome == Outcome::ok && r.status == 200) {
     auto it = gen.ok_requests.find(r.model);
     const PoolRuntime* pool = gen.pool(r.pool);
@@ -71,14 +106,14 @@ void Gateway::complete(const RequestRecord& r, const Generation& gen) {
   }
   const std::string status = std::to_string(r.status);
   const std::string_view pool = r.pool.empty() ? std::string_view("-") : std::string_view(r.pool);
-  // Unknown model names are client-chosen: keep them out of label values (unbounded cardinality).
-  const std::string_view model = r.reason == "unknown_model" || r.model.empty() ? std::string_view("-") : std::string_view(r.model);
+  // Model names are client-chosen: only configured ones become label values (bounded cardinality).
+  const std::string_view model = r.model.empty() || !gen.ok_requests.contains(r.model) ? std::string_view("-") : std::string_view(r.model);
   metrics_.requests.with({pool, model, status, to_string(r.outcome)}).inc();
   metrics_.duration.with({pool}).observe(to_seconds(r.duration));
   if (r.ttft) metrics_.ttft.with({pool}).observe(to_seconds(*r.ttft));
-  if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, r.reason}).inc();
+  if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, to_string(r.reason)}).inc();
   if (r.outcome == Outcome::client_cancelled)
-    metrics_.cancellations.with({r.reason == "cancelled_queued" ? "queued" : r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
+    metrics_.cancellations.with({r.reason == Reason::cancelled_queued ? "queued" : r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
   access_log_.write(r);
 }
 

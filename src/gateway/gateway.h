@@ -4,6 +4,7 @@
 // drain watches. Per-connection and per-worker state lives elsewhere (session.h, upstream_pool.h).
 // `complete` is the one place every request ends.
 #pragma once
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -13,52 +14,23 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/fields.hpp>
 
-#include "core/admission/outcome.h"
 #include "core/config.h"
 #include "core/picker/pool_router.h"
-#include "core/openai/request.h"
 #include "gateway/observability/access_log.h"
+#include "gateway/admission_driver.h"
 #include "gateway/generation.h"
 #include "gateway/observability/metrics.h"
 #include "gateway/signals/pool_health.h"
 
 namespace sluice {
 
-// ---- authenticate + admit: the admission layer's hook ----------------------------------------
-// Held for the life of an admitted request (a rate-limit reservation, a queue slot); released when
-// the request ends, whatever way it ends.
-struct AdmissionTicket {
-  virtual ~AdmissionTicket() = default;
-  // The request was placed on an endpoint (its DispatchGuard is held); idempotent.
-  virtual void on_dispatched() {}
-  // n more output tokens were relayed to the client.
-  virtual void on_output(int64_t n) {}
-  // Called once at the end with what the request really used (tokens -1 when unknown: the
-  // ticket then charges what was delivered).
-  virtual void settle(int64_t prompt_tokens, int64_t completion_tokens) {}
-  // The tenant's name for the access log ("" = keep the default).
-  virtual std::string_view tenant() const { return {}; }
-  // Extra headers for every response to this request (x-ratelimit-*).
-  virtual const HeaderList* response_headers() const { return nullptr; }
-  // max_tokens to inject upstream (the request set no bound and a default applies).
-  virtual std::optional<int64_t> inject_max_tokens() const { return std::nullopt; }
-};
-struct AdmitRequest {
-  const RequestModel& request;
-  const ModelRoute& route;
-  std::string_view tenant;
-  const boost::beast::http::fields& headers;
-  std::function<bool()> client_gone = {};  // polled while the request waits in a queue
-};
-struct AdmitResult {
-  std::optional<Denial> denial;             // set: refuse with this answer
-  std::unique_ptr<AdmissionTicket> ticket;  // may be null (also when the client left while queued)
-  HeaderList headers;                       // extra headers for the refusal (x-ratelimit-*)
-  bool client_left = false;                 // the client disconnected while queued
-};
+// What the gateway itself costs a request, by phase (sluice_gateway_overhead_seconds{phase}).
+enum class OverheadPhase : uint8_t { read_body, parse, admit, pick, connect, first_upstream_byte };
+inline constexpr size_t kOverheadPhases = 6;
 
 struct GatewayMetrics {
   explicit GatewayMetrics(MetricsRegistry& r);
+  Histogram& overhead(OverheadPhase p) { return *overhead_series[static_cast<size_t>(p)]; }
   CounterFamily& requests;       // pool, model, status, outcome
   CounterFamily& rejects;        // pool, reason
   CounterFamily& cancellations;  // phase
@@ -66,6 +38,9 @@ struct GatewayMetrics {
   HistogramFamily& ttft;         // pool
   HistogramFamily& itl;          // pool
   HistogramFamily& pick;         // pool
+  HistogramFamily& overhead_family;                 // phase
+  std::array<Histogram*, kOverheadPhases> overhead_series;  // resolved once
+  CounterFamily& admin_requests;                    // path, status (the admin listener)
 };
 
 struct GatewayOptions {
@@ -94,9 +69,16 @@ class Gateway {
   bool ready() const;
 
   // The single completion path: access-log line + metrics for one finished request, with the
-  // series of `gen` (the request's own generation; the first form takes the current one).
+  // series of `gen` (the request's own generation; the first form takes the current one). Every
+  // answer on every listener passes here: model requests, the API listener's own answers (404,
+  // 405, /v1/models, health, bad HTTP) and the admin listener's (record.listener == "admin":
+  // counted in sluice_admin_requests_total, logged only when it is an error).
   void complete(const RequestRecord& record);
   void complete(const RequestRecord& record, const Generation& gen);
+  // The admission layer's view of this process (admission_driver.h), and what a generation is
+  // built from (generation.h: start-up here, reload in reload.cpp).
+  AdmissionHost admission_host();
+  GenerationInputs generation_inputs(uint64_t seed);
 
   std::atomic<bool> draining{false};
   std::atomic<int64_t> active_requests{0};
@@ -109,6 +91,7 @@ class Gateway {
   MetricsRegistry registry_;
   GatewayMetrics metrics_;
   AccessLog access_log_;
+  AdmissionHost admission_host_;
   std::atomic<std::shared_ptr<const Generation>> current_;
 };
 

@@ -6,7 +6,7 @@
 
 #include "core/openai/models_list.h"
 #include "core/picker/policy_factory.h"
-#include "gateway/gateway.h"
+#include "gateway/admission_driver.h"
 #include "gateway/signals/health_checker.h"
 #include "gateway/signals/scraper.h"
 
@@ -31,7 +31,8 @@ void PoolRuntime::retire() {
 }
 
 std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> config, const Generation* previous,
-                                             GatewayMetrics& metrics, uint64_t seed) {
+                                             const GenerationInputs& in, std::string& error) {
+  uint64_t seed = in.seed;
   auto gen = std::make_shared<Generation>();
   gen->number = previous ? previous->number + 1 : 1;
   gen->config = config;
@@ -42,8 +43,8 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
       if (it != previous->pools.end() && it->second->config().fingerprint == pc.fingerprint) reuse = it->second;
     }
     if (!reuse) {
-      PoolSeries series{&metrics.duration.with({pc.name}), &metrics.ttft.with({pc.name}), &metrics.itl.with({pc.name}),
-                        &metrics.pick.with({pc.name})};
+      PoolSeries series{&in.duration.with({pc.name}), &in.ttft.with({pc.name}), &in.itl.with({pc.name}),
+                        &in.pick.with({pc.name})};
       reuse = std::make_shared<PoolRuntime>(pc, next_runtime_id.fetch_add(1), seed++, series);
       // A changed pool (an endpoint added or removed, a limit changed) keeps the cache affinity
       // learned for the endpoints it still has.
@@ -57,7 +58,9 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   gen->models_json = models_list_json(*config, created);
   for (const auto& m : config->models)
-    gen->ok_requests.emplace(m.name, &metrics.requests.with({m.pool, m.name, "200", "ok"}));
+    gen->ok_requests.emplace(m.name, &in.requests.with({m.pool, m.name, "200", "ok"}));
+  gen->admission = make_admission(in.admission, *config, previous, error);
+  if (!gen->admission) return nullptr;
   return gen;
 }
 

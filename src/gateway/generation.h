@@ -19,6 +19,7 @@
 
 #include "core/config.h"
 #include "core/picker/pool_router.h"
+#include "gateway/admission_runtime.h"
 #include "gateway/observability/metrics.h"
 #include "gateway/signals/pool_health.h"
 
@@ -26,8 +27,7 @@ namespace sluice {
 
 class Scrapers;
 class HealthCheckers;
-struct AdmitRequest;
-struct AdmitResult;
+struct AdmissionHost;
 
 struct PoolSeries {
   Histogram* duration;
@@ -55,22 +55,11 @@ class PoolRuntime {
   std::shared_ptr<HealthCheckers> checkers;
 };
 
-// The admission layer as one generation sees it (admission_driver.h implements it).
-class AdmissionRuntime {
- public:
-  virtual ~AdmissionRuntime() = default;
-  virtual boost::asio::awaitable<AdmitResult> admit(const AdmitRequest& req) = 0;
-  // Appends its exposition text (queue depth, outstanding reservations).
-  virtual void render(std::string& out) = 0;
-  // The `tenants:` + `admission:` sections it was built from (reused across reloads when equal).
-  virtual const std::string& fingerprint() const = 0;
-};
-
 struct Generation {
   uint64_t number = 1;
   std::shared_ptr<const Config> config;
   std::map<std::string, std::shared_ptr<PoolRuntime>, std::less<>> pools;
-  std::shared_ptr<AdmissionRuntime> admission;  // null: everything is admitted
+  std::shared_ptr<AdmissionRuntime> admission;  // never null (the implicit gate without tenants)
   std::string models_json;
   std::map<std::string, Counter*, std::less<>> ok_requests;  // model -> {status 200, outcome ok}
 
@@ -84,11 +73,23 @@ struct Generation {
   }
 };
 
-struct GatewayMetrics;
+// What a generation is built from besides its config: the metric families its series live in,
+// the admission layer's view of the process, and the seed of the pools' policies.
+struct GenerationInputs {
+  HistogramFamily& duration;
+  HistogramFamily& ttft;
+  HistogramFamily& itl;
+  HistogramFamily& pick;
+  CounterFamily& requests;
+  const AdmissionHost& admission;
+  uint64_t seed;
+};
 
-// Builds a generation for `config`, reusing the runtimes of `previous` whose pool fingerprint is
-// unchanged. New runtimes have no loops yet (the server starts them). `admission` is set by the caller.
+// The one builder of a whole generation, used by start-up and by reload: the pools (reusing the
+// runtimes of `previous` whose pool fingerprint is unchanged; new runtimes have no loops yet, the
+// server starts them) and the admission layer (kept when its sections are unchanged). Null with
+// `error` set when the config's tenants do not validate.
 std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> config, const Generation* previous,
-                                             GatewayMetrics& metrics, uint64_t seed);
+                                             const GenerationInputs& in, std::string& error);
 
 }  // namespace sluice

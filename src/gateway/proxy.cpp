@@ -1,42 +1,44 @@
 #include "gateway/proxy.h"
-#include "gateway/pick_request.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
-#include "core/picker/pool_router.h"
 #include "core/openai/response_fields.h"
 #include "core/openai/sse.h"
+#include "core/picker/pool_router.h"
 #include "gateway/gateway.h"
 #include "gateway/http/http_util.h"
 #include "gateway/http/retry_after.h"
-#include "gateway/http/session.h"
-#include "gateway/http/upstream_pool.h"
+#include "gateway/http/upstream_exchange.h"
+#include "gateway/pick_request.h"
 
 namespace sluice {
 
 namespace http = boost::beast::http;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-constexpr size_t kMaxBufferedBody = 64u << 20;    // a non-streaming response larger than this is a 502
+constexpr size_t kMaxBufferedBody = 64u << 20;  // a non-streaming response larger than this is a 502
 constexpr size_t kRelayChunk = 16u << 10;
-constexpr int kClientClosedStatus = 499;          // nginx's convention, for logs and metrics
+constexpr int kClientClosedStatus = 499;        // nginx's convention, for logs and metrics
+constexpr size_t kMaxEchoedModel = 256;         // a client-chosen name echoed in an error, at most
 
 bool iequals(std::string_view a, std::string_view b) { return boost::beast::iequals(a, b); }
 
 std::string tenant_of(const DownstreamRequest& req, const RequestModel& m) {
   auto h = req["x-gateway-inference-fairness-id"];
-  if (!h.empty()) return std::string(h);
-  if (!m.user.empty()) return m.user;
+  if (!h.empty()) return std::string(h.substr(0, 128));
+  if (!m.user.empty()) return m.user.substr(0, 128);
   return "-";
 }
 
-asio::awaitable<void> admit_into(AdmissionRuntime& admission, AdmitRequest req, AdmitResult& out) {
-  out = co_await admission.admit(req);
+std::string echo(std::string_view v) {
+  if (v.size() <= kMaxEchoedModel) return std::string(v);
+  return fmt::format("{}...", v.substr(0, kMaxEchoedModel));
 }
 
 // The usage-only chunk a stream ends with when stream_options.include_usage is set.
@@ -44,34 +46,54 @@ bool is_usage_only_chunk(const SseEvent& ev) {
   return ev.has_data && ev.data.find("\"choices\":[]") != std::string_view::npos && find_usage(ev.data).has_value();
 }
 
+bool is_reset(boost::system::error_code ec) {
+  return ec == asio::error::eof || ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe;
+}
+
+// What one attempt on one candidate leads to: the retry decision is a value, not a set of flags.
+struct Attempt {
+  enum class Next {
+    relay,             // a final response head to pass on: relay its body
+    fresh_connection,  // a kept-alive connection the server had closed: once more, on a new one
+    next_candidate,    // retry on the next-ranked candidate (after `wait`)
+    stop,              // the request ends here (failure_ or the client left)
+  };
+  Next next = Next::stop;
+  Duration wait{0};  // an upstream Retry-After to wait out first
+};
+
 class RequestLife {
  public:
-  RequestLife(Session& s, ApiKind kind, DownstreamRequest& req, bool keep_alive)
-      : s_(s), gw_(s.gateway()), gen_(gw_.current()), tmo_(gen_->config->timeouts), kind_(kind), req_(req), keep_alive_(keep_alive),
-        start_(SteadyClock::now()), total_deadline_(start_ + tmo_.total) {}
+  RequestLife(const RequestContext& ctx, ApiKind kind, DownstreamRequest& req, bool keep_alive)
+      : gw_(ctx.gateway), upstreams_(ctx.upstreams), down_(ctx.downstream), gen_(gw_.current()),
+        tmo_(gen_->config->timeouts), kind_(kind), req_(req), keep_alive_(keep_alive), start_(SteadyClock::now()),
+        total_deadline_(start_ + tmo_.total) {
+    if (ctx.read_body.count() > 0) gw_.metrics().overhead(OverheadPhase::read_body).observe(to_seconds(ctx.read_body));
+  }
 
   asio::awaitable<bool> run();
 
  private:
   asio::awaitable<void> forward_and_relay(std::vector<Candidate> candidates);
   asio::awaitable<bool> forward(const std::vector<Candidate>& candidates);
-  asio::awaitable<boost::system::error_code> send_and_read_head();
+  asio::awaitable<Attempt> attempt(size_t i, size_t candidates, bool fresh);
+  std::string upstream_head() const;
   asio::awaitable<void> relay_buffered();
   asio::awaitable<void> relay_stream();
-  asio::awaitable<bool> read_upstream(char* data, size_t size, size_t& got, boost::system::error_code& ec);
   asio::awaitable<bool> write_client(std::string_view a, std::string_view b = {}, std::string_view c = {});
-  asio::awaitable<bool> reject(const ApiError& e, std::string_view reason, const ResponseHeaders& extra = {});
-  // Failures are recorded, then answered by one coroutine at the top level (respond_failure):
-  // an error response before any byte was sent, or an error event that ends a started stream.
+  asio::awaitable<bool> reject(const ApiError& e, Reason reason, const ResponseHeaders& extra = {});
+  // Failures are recorded, then answered once at the top level (respond_failure): an error
+  // response before any byte was sent, or an error event that ends a started stream.
   struct Failure {
     Outcome outcome = Outcome::upstream_error;
     ApiError error;
-    std::string reason;
+    Reason reason = Reason::internal;
     bool mid_stream = false;
     std::string partial_event;  // unsent bytes of an incomplete event (rewriting mode)
     bool partial_pending = false;
   };
-  void fail(Outcome o, ApiError e, std::string reason);
+  void fail(Outcome o, ApiError e, Reason reason);
   void fail_upstream(boost::system::error_code ec, bool mid_stream);
   // Passive outlier detection: the attempt on the current endpoint ended this way.
   void report_attempt(AttemptResult r);
@@ -79,12 +101,17 @@ class RequestLife {
   bool may_retry(size_t next, size_t candidates);
   asio::awaitable<void> respond_failure();
   void on_event(const SseEvent& ev, SteadyClock::time_point now);
+  void flush_tokens();
   void take_usage(const Usage& u);
   std::string response_head_from_upstream(bool chunked, size_t content_length);
-  void finish(Outcome o, int status, std::string_view reason = {});
+  void observe(OverheadPhase p, SteadyClock::time_point since) {
+    gw_.metrics().overhead(p).observe(std::chrono::duration<double>(SteadyClock::now() - since).count());
+  }
+  void finish(Outcome o, int status, Reason reason = Reason::none);
 
-  Session& s_;
   Gateway& gw_;
+  UpstreamPool& upstreams_;
+  Downstream& down_;
   const std::shared_ptr<const Generation> gen_;  // this request's config generation, to its end
   const Timeouts& tmo_;
   ApiKind kind_;
@@ -101,59 +128,53 @@ class RequestLife {
   int64_t predicted_cached_ = 0;  // the chosen candidate's predicted cached prompt tokens
   DispatchGuard guard_;
   std::unique_ptr<AdmissionTicket> ticket_;
+  bool enforcing_ = false;    // tenants configured: the gateway's key, budgets, usage settlement
   bool strip_usage_ = false;  // include_usage was injected: drop the usage-only chunk
   std::string rewritten_body_;
   std::string_view body_;
-  UpstreamLease lease_;
-  boost::beast::flat_buffer up_buffer_;
-  std::optional<http::response_parser<http::buffer_body>> up_parser_;
+  std::optional<UpstreamExchange> up_;
   std::optional<ModelRewriter> response_rewriter_;  // alias: target -> the name the client used
   Histogram* itl_ = nullptr;
   SteadyClock::time_point last_token_{};
+  int64_t unflushed_tokens_ = 0;  // relayed, not yet told to the router and the ticket
   std::optional<Failure> failure_;
   bool finished_ = false;
   bool broken_ = false;  // the client connection cannot carry another response
 };
 
 // ============================ the life of one request ============================
+// parse -> authenticate -> resolve -> admit -> pick -> forward / relay -> settle + log (finish).
 asio::awaitable<bool> RequestLife::run() {
   auto rid = req_["x-request-id"];
   rec_.id = rid.empty() || rid.size() > 128 ? new_request_id() : std::string(rid);
-  rec_.path = std::string(req_.target());
+  rec_.path = std::string(req_.target().substr(0, 256));
+  auto& admission = *gen_->admission;
+  enforcing_ = admission.enforcing();
 
   // ---- parse: once, with simdjson ----
+  auto phase = SteadyClock::now();
   auto parsed = parse_request(kind_, req_.body());
-  if (!parsed.ok()) co_return co_await reject(parsed.error, "bad_request");
+  observe(OverheadPhase::parse, phase);
+  if (!parsed.ok()) co_return co_await reject(parsed.error, Reason::bad_request);
   model_ = std::move(parsed.request);
-  rec_.model = model_->model;
+  rec_.model = echo(model_->model);
   rec_.stream = model_->stream;
   rec_.tenant = tenant_of(req_, *model_);
-  route_ = gen_->config->find_model(model_->model);
 
-  // ---- authenticate + admit: the admission layer's hook ----
-  if (gen_->admission && route_) {
-    AdmitResult admitted;  // the wait in the admission queue watches the client (a disconnect leaves it)
-    co_await s_.while_watching_client(admit_into(
-        *gen_->admission, AdmitRequest{*model_, *route_, rec_.tenant, req_.base(), [this] { return s_.client_gone(); }}, admitted));
-    rec_.pool = route_->pool;
-    if (admitted.client_left) {
-      finish(Outcome::client_cancelled, kClientClosedStatus, "cancelled_queued");
-      co_return false;
-    }
-    if (admitted.denial) {
-      ResponseHeaders extra;
-      for (auto& [k, v] : admitted.denial->headers()) extra.emplace_back(std::string(k), std::move(v));
-      for (auto& [k, v] : admitted.headers) extra.emplace_back(std::string(k), std::move(v));
-      co_return co_await reject(admitted.denial->error, to_string(admitted.denial->reason), extra);
-    }
-    ticket_ = std::move(admitted.ticket);
-    if (ticket_ && !ticket_->tenant().empty()) rec_.tenant = std::string(ticket_->tenant());
+  // ---- authenticate: before the model is resolved (no probing model names without a key) ----
+  phase = SteadyClock::now();
+  AuthOutcome auth = admission.authenticate(req_.base());
+  if (auth.denial) {
+    ResponseHeaders h;
+    for (auto& [k, v] : auth.denial->headers()) h.emplace_back(std::string(k), std::move(v));
+    co_return co_await reject(auth.denial->error, Reason::unauthorized, h);
   }
 
-  // ---- resolve the model: alias, adapter, pool ----
+  // ---- resolve the model: alias, adapter, pool; the API kind it serves ----
+  route_ = gen_->config->find_model(model_->model);
   if (!route_)
-    co_return co_await reject(api_error(404, fmt::format("The model `{}` does not exist.", model_->model),
-                                        "invalid_request_error", "model", "model_not_found"), "unknown_model");
+    co_return co_await reject(api_error(404, fmt::format("The model `{}` does not exist.", echo(model_->model)),
+                                        "invalid_request_error", "model", "model_not_found"), Reason::unknown_model);
   rec_.pool = route_->pool;
   pool_ = gen_->pool(route_->pool);
   router_ = &pool_->router;
@@ -161,17 +182,38 @@ asio::awaitable<bool> RequestLife::run() {
   if (embedding_pool != (kind_ == ApiKind::embedding))
     co_return co_await reject(api_error(400, fmt::format("The model `{}` does not support {}.", model_->model,
                                                          kind_ == ApiKind::embedding ? "embeddings" : "completions"),
-                                        "invalid_request_error", "model", "model_not_supported"), "wrong_api");
+                                        "invalid_request_error", "model", "model_not_supported"), Reason::wrong_api);
   itl_ = pool_->series.itl;
 
+  // ---- admit: budgets, concurrency, the gateway queue (waits while the pool is at its cap) ----
+  AdmitResult admitted;
+  const AdmitRequest admit_request{*model_, *route_, auth.tenant, req_.base(), down_.cancel_slot(),
+                                   [this] { return down_.gone(); }};
+  co_await down_.watching([&]() -> asio::awaitable<void> { admitted = co_await admission.admit(admit_request); }());
+  observe(OverheadPhase::admit, phase);  // includes the queue wait (sluice_queue_time_seconds alone)
+  if (admitted.client_left || (!admitted.denial && down_.gone())) {
+    ticket_ = std::move(admitted.ticket);
+    finish(Outcome::client_cancelled, kClientClosedStatus, Reason::cancelled_queued);
+    co_return false;
+  }
+  if (admitted.denial) {
+    ResponseHeaders extra;
+    for (auto& [k, v] : admitted.denial->headers()) extra.emplace_back(std::string(k), std::move(v));
+    for (auto& [k, v] : admitted.headers) extra.emplace_back(std::string(k), std::move(v));
+    co_return co_await reject(admitted.denial->error, reason_of(admitted.denial->reason), extra);
+  }
+  ticket_ = std::move(admitted.ticket);
+  if (!ticket_->tenant().empty()) rec_.tenant = std::string(ticket_->tenant());
+
   // ---- pick: every healthy endpoint, best first ----
+  phase = SteadyClock::now();
   pick_ = make_pick_request(kind_, *route_, *model_);
   health_ = &pool_->health;
   health_->refresh(gw_.now());
   health_->on_request(gw_.now());
-  const auto pick_started = SteadyClock::now();
   auto candidates = router_->rank(pick_, gw_.now());
-  pool_->series.pick->observe(std::chrono::duration<double>(SteadyClock::now() - pick_started).count());
+  pool_->series.pick->observe(std::chrono::duration<double>(SteadyClock::now() - phase).count());
+  observe(OverheadPhase::pick, phase);
   if (candidates.empty()) {
     // Our own Retry-After is jittered, so clients told to come back do not return all at once.
     thread_local AdmissionRng rng{std::random_device{}()};
@@ -179,15 +221,15 @@ asio::awaitable<bool> RequestLife::run() {
     const ResponseHeaders retry{{"retry-after", std::to_string((wait.count() + 999) / 1000)},
                                 {"retry-after-ms", std::to_string(wait.count())}};
     co_return co_await reject(api_error(503, fmt::format("No healthy endpoint serves `{}` right now.", model_->model),
-                                        "server_error", {}, "no_endpoint"), "no_endpoint", retry);
+                                        "server_error", {}, "no_endpoint"), Reason::no_endpoint, retry);
   }
 
   // ---- forward + relay, watching the client for a disconnect ----
   // Admission: enforce the reserved output bound upstream; ask a stream for its usage (to settle
   // the reservation) and strip that chunk again when the client did not ask for it.
   const bool generating = kind_ != ApiKind::embedding;
-  const std::optional<int64_t> inject_max = ticket_ && generating ? ticket_->inject_max_tokens() : std::nullopt;
-  strip_usage_ = ticket_ && generating && model_->stream && !model_->include_usage;
+  const std::optional<int64_t> inject_max = generating ? ticket_->inject_max_tokens() : std::nullopt;
+  strip_usage_ = enforcing_ && generating && model_->stream && !model_->include_usage;
   if (route_->is_alias() || inject_max || strip_usage_) {
     BodyRewrite rw{.model = std::nullopt, .inject_max_tokens = inject_max, .inject_include_usage = strip_usage_};
     if (route_->is_alias()) rw.model = route_->target;
@@ -197,113 +239,155 @@ asio::awaitable<bool> RequestLife::run() {
   } else {
     body_ = req_.body();
   }
-  co_await s_.while_watching_client(forward_and_relay(std::move(candidates)));
-  if (!finished_) finish(s_.client_gone() ? Outcome::client_cancelled : Outcome::upstream_error,
-                         s_.client_gone() ? kClientClosedStatus : 502, "internal");
-  co_return keep_alive_ && !broken_ && !s_.client_gone();
+  co_await down_.watching(forward_and_relay(std::move(candidates)));
+
+  // ---- settle + log: finish() is the one completion path ----
+  if (!finished_) finish(down_.gone() ? Outcome::client_cancelled : Outcome::upstream_error,
+                         down_.gone() ? kClientClosedStatus : 502, Reason::internal);
+  co_return keep_alive_ && !broken_ && !down_.gone();
 }
 
 asio::awaitable<void> RequestLife::forward_and_relay(std::vector<Candidate> candidates) {
   if (co_await forward(candidates)) {
-    const auto ct = up_parser_->get()[http::field::content_type];
+    const auto ct = up_->response()[http::field::content_type];
     if (ct.size() >= 17 && iequals(ct.substr(0, 17), "text/event-stream")) co_await relay_stream();
     else co_await relay_buffered();
   }
   if (failure_) co_await respond_failure();
 }
 
-// ---- forward: lease a connection to the best candidate, send, read the response head ----
-// Nothing has reached the client yet, so a connect failure, a reset before the response head, or a
-// 502/503 head is retried on the next-ranked candidate (at most retry.max_retries times, within the
-// pool's retry budget). An upstream Retry-After up to retry.max_retry_after is waited out first; a
-// longer one passes the response on. A timeout is not retried (the engine may still be working).
+// ---- forward: place the request on the best candidate, then follow each attempt's decision ----
 asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candidates) {
-  boost::system::error_code last_error;
-  for (size_t i = 0; i < candidates.size(); ++i) {
+  bool fresh = false;
+  for (size_t i = 0; i < candidates.size();) {
     const auto& cand = candidates[i];
-    rec_.attempts = static_cast<int>(i) + 1;
-    rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
-    predicted_cached_ = cand.predicted_cached_tokens;
-    guard_ = router_->dispatch(pick_, cand, gw_.now());
-    if (ticket_) ticket_->on_dispatched();
-    bool retry = false;
-    for (bool fresh_retry = false;;) {
-      auto acquired = co_await s_.upstream_pool().acquire(
-          *pool_, cand.endpoint, std::min(SteadyClock::now() + tmo_.connect, total_deadline_));
-      if (s_.client_gone()) {
-        finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
+    if (!guard_ || guard_.endpoint() != cand.endpoint) {
+      rec_.attempts = static_cast<int>(i) + 1;
+      rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
+      predicted_cached_ = cand.predicted_cached_tokens;
+      guard_ = router_->dispatch(pick_, cand, gw_.now());
+      ticket_->on_dispatched();
+    }
+    const Attempt a = co_await attempt(i, candidates.size(), fresh);
+    switch (a.next) {
+      case Attempt::Next::relay:
+        co_return true;
+      case Attempt::Next::stop:
         co_return false;
-      }
-      if (acquired.error) {
-        last_error = acquired.error;
-        spdlog::debug("request {}: connect to {} failed: {}", rec_.id, rec_.endpoint, last_error.message());
-        report_attempt(last_error == asio::error::timed_out ? AttemptResult::timeout : AttemptResult::connect_error);
-        retry = may_retry(i + 1, candidates.size());
-        break;
-      }
-      lease_ = std::move(acquired.lease);
-      s_.set_upstream(&lease_.socket());
-      auto ec = co_await send_and_read_head();
-      if (!ec) {
-        const int status = rec_.status;
-        report_attempt(attempt_result_of_status(status));
-        if (status != 502 && status != 503) co_return true;
-        const auto wait = upstream_retry_after(up_parser_->get());
-        if ((wait && *wait > router_->config().retry.max_retry_after) || !may_retry(i + 1, candidates.size()))
-          co_return true;  // pass the upstream's answer on
-        spdlog::debug("request {}: {} answered {}, retrying", rec_.id, rec_.endpoint, status);
-        s_.set_upstream(nullptr);
-        lease_ = {};
-        if (wait && *wait > Duration::zero()) {
+      case Attempt::Next::fresh_connection:
+        fresh = true;
+        continue;
+      case Attempt::Next::next_candidate:
+        if (a.wait > Duration::zero()) {
           asio::steady_timer timer(co_await asio::this_coro::executor);
-          timer.expires_at(std::min(SteadyClock::now() + *wait, total_deadline_));
-          co_await timer.async_wait(use_tuple);
-          if (s_.client_gone()) {
-            finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
+          timer.expires_at(std::min(SteadyClock::now() + a.wait, total_deadline_));
+          co_await timer.async_wait(asio::bind_cancellation_slot(down_.cancel_slot(), use_tuple));
+          if (down_.gone()) {
+            finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
             co_return false;
           }
         }
-        retry = true;
-        break;
-      }
-      s_.set_upstream(nullptr);
-      const bool nothing_received = up_buffer_.size() == 0;
-      const bool reset = ec == asio::error::eof || ec == http::error::end_of_stream ||
-                         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
-      const bool clean = !s_.client_gone() && s_.watchdog().expired() == Phase::none;
-      if (lease_.reused() && nothing_received && !fresh_retry && clean && reset) {
-        fresh_retry = true;  // a kept-alive connection the server had closed: once more, on a new one
-        lease_ = {};
+        guard_.release();
+        fresh = false;
+        ++i;
         continue;
-      }
-      if (reset && clean && may_retry(i + 1, candidates.size())) {
-        spdlog::debug("request {}: {} reset before answering ({}), retrying", rec_.id, rec_.endpoint, ec.message());
-        report_attempt(AttemptResult::server_error);
-        lease_ = {};
-        last_error = ec;
-        retry = true;
-        break;
-      }
-      fail_upstream(ec, false);  // counts the attempt
-      co_return false;
     }
-    if (!retry) break;
   }
-  guard_.release();
-  if (last_error == asio::error::timed_out)
-    fail(Outcome::timeout, api_error(504, "Timed out connecting to the model server.", "server_error", {}, "upstream_connect_timeout"),
-         "connect_timeout");
-  else
-    fail(Outcome::upstream_error,
-         api_error(502, fmt::format("Could not connect to a model server ({}).", last_error.message()), "server_error", {},
-                   "upstream_connect_error"),
-         "connect_error");
-  co_return false;
+  co_return false;  // unreachable: the last candidate's attempt never asks for a next one
+}
+
+// One attempt on candidate i: lease a connection, send, read the final response head, decide.
+// Nothing has reached the client yet, so a connect failure, a reset before the response head, a
+// first-byte timeout (a hung engine) or a 502/503 head is retried on the next-ranked candidate (at
+// most retry.max_retries times, within the pool's retry budget). An upstream Retry-After up to
+// retry.max_retry_after is waited out first; a longer one passes the response on.
+asio::awaitable<Attempt> RequestLife::attempt(size_t i, size_t candidates, bool fresh) {
+  // Retry on the next candidate when allowed; else record `failure` and stop.
+  const auto retry_or_fail = [&](AttemptResult result, Failure failure) -> Attempt {
+    report_attempt(result);
+    if (may_retry(i + 1, candidates)) {
+      spdlog::debug("request {}: {} failed ({}), retrying", rec_.id, rec_.endpoint, to_string(failure.reason));
+      return {Attempt::Next::next_candidate};
+    }
+    guard_.release();
+    fail(failure.outcome, std::move(failure.error), failure.reason);
+    return {Attempt::Next::stop};
+  };
+  const auto upstream_failed = [](boost::system::error_code ec) {
+    Failure f;
+    f.error = api_error(502, fmt::format("The model server failed: {}.", ec.message()), "server_error", {}, "upstream_error");
+    f.reason = Reason::upstream_io;
+    return f;
+  };
+
+  auto phase = SteadyClock::now();
+  auto acquired = co_await upstreams_.acquire(*pool_, guard_.endpoint(), std::min(phase + tmo_.connect, total_deadline_));
+  observe(OverheadPhase::connect, phase);
+  if (down_.gone()) {
+    finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
+    co_return Attempt{Attempt::Next::stop};
+  }
+  if (acquired.error) {
+    spdlog::debug("request {}: connect to {} failed: {}", rec_.id, rec_.endpoint, acquired.error.message());
+    const bool timed_out = acquired.error == asio::error::timed_out;
+    Failure f;
+    f.outcome = timed_out ? Outcome::timeout : Outcome::upstream_error;
+    f.error = timed_out ? api_error(504, "Timed out connecting to the model server.", "server_error", {}, "upstream_connect_timeout")
+                        : api_error(502, fmt::format("Could not connect to a model server ({}).", acquired.error.message()),
+                                    "server_error", {}, "upstream_connect_error");
+    f.reason = timed_out ? Reason::connect_timeout : Reason::connect_error;
+    co_return retry_or_fail(timed_out ? AttemptResult::timeout : AttemptResult::connect_error, std::move(f));
+  }
+  up_.reset();
+  up_.emplace(std::move(acquired.lease), down_, ExchangeDeadlines{tmo_.first_byte, tmo_.idle_gap, total_deadline_});
+  phase = SteadyClock::now();
+  const auto ec = co_await up_->send(upstream_head(), body_);
+  if (!ec) {
+    observe(OverheadPhase::first_upstream_byte, phase);
+    rec_.status = up_->status();
+    report_attempt(attempt_result_of_status(rec_.status));
+    if (rec_.status != 502 && rec_.status != 503) co_return Attempt{Attempt::Next::relay};
+    const auto wait = upstream_retry_after(up_->response());
+    if ((wait && *wait > router_->config().retry.max_retry_after) || !may_retry(i + 1, candidates))
+      co_return Attempt{Attempt::Next::relay};  // pass the upstream's answer on
+    spdlog::debug("request {}: {} answered {}, retrying", rec_.id, rec_.endpoint, rec_.status);
+    up_.reset();
+    co_return Attempt{Attempt::Next::next_candidate, wait.value_or(Duration::zero())};
+  }
+  if (down_.gone()) {
+    fail(Outcome::client_cancelled, {}, Reason::client_closed);
+    co_return Attempt{Attempt::Next::stop};
+  }
+  const Phase expired = down_.expired();
+  const bool reset = is_reset(ec);
+  if (up_->reused() && up_->nothing_received() && !fresh && expired == Phase::none && reset) {
+    up_.reset();
+    co_return Attempt{Attempt::Next::fresh_connection};
+  }
+  if (expired == Phase::total) {
+    fail_upstream(ec, false);
+    co_return Attempt{Attempt::Next::stop};
+  }
+  up_.reset();
+  // A hung engine (nothing within first_byte) is retried elsewhere like a reset: nothing reached
+  // the client yet, and the outlier detector hears of the timeout.
+  if (expired == Phase::first_byte) {
+    Failure f;
+    f.outcome = Outcome::timeout;
+    f.error = api_error(504, "The model server did not start responding in time.", "server_error", {}, "upstream_timeout");
+    f.reason = Reason::first_byte_timeout;
+    co_return retry_or_fail(AttemptResult::timeout, std::move(f));
+  }
+  if (reset) co_return retry_or_fail(AttemptResult::server_error, upstream_failed(ec));
+  report_attempt(AttemptResult::server_error);
+  auto failure = upstream_failed(ec);
+  fail(failure.outcome, std::move(failure.error), failure.reason);
+  co_return Attempt{Attempt::Next::stop};
 }
 
 bool RequestLife::may_retry(size_t next, size_t candidates) {
   if (next >= candidates || static_cast<int>(next) > router_->config().retry.max_retries) return false;
-  if (s_.client_gone() || SteadyClock::now() >= total_deadline_) return false;
+  if (down_.gone() || SteadyClock::now() >= total_deadline_) return false;
   if (health_ && !health_->try_retry(gw_.now())) {
     spdlog::debug("request {}: retry budget of pool {} exhausted", rec_.id, router_->config().name);
     return false;
@@ -315,7 +399,7 @@ void RequestLife::report_attempt(AttemptResult r) {
   if (health_ && guard_) health_->on_attempt(guard_.endpoint(), r, gw_.now());
 }
 
-asio::awaitable<boost::system::error_code> RequestLife::send_and_read_head() {
+std::string RequestLife::upstream_head() const {
   const auto& ep = router_->config().endpoints[guard_.endpoint()];
   std::string head;
   head.reserve(512);
@@ -325,53 +409,25 @@ asio::awaitable<boost::system::error_code> RequestLife::send_and_read_head() {
   for (const auto& f : req_.base()) {
     const std::string_view name = f.name_string();
     if (is_hop_by_hop(name)) continue;
-    // With admission on, the bearer key is the gateway's (never forwarded) and the priority header its own.
-    if (ticket_ && (f.name() == http::field::authorization || iequals(name, "x-sluice-priority"))) continue;
+    // With tenants, the bearer key is the gateway's (never forwarded) and the priority header its own.
+    if (enforcing_ && (f.name() == http::field::authorization || iequals(name, "x-sluice-priority"))) continue;
     has_content_type |= f.name() == http::field::content_type;
     head.append(name).append(": ").append(f.value()).append("\r\n");
   }
   if (!has_content_type) head += "Content-Type: application/json\r\n";
   fmt::format_to(std::back_inserter(head), "x-request-id: {}\r\nContent-Length: {}\r\n\r\n", rec_.id, body_.size());
-
-  s_.watchdog().arm_capped(tmo_.first_byte, Phase::first_byte, total_deadline_, Phase::total);
-  std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body_)};
-  auto [wec, wn] = co_await asio::async_write(lease_.socket(), bufs, use_tuple);
-  if (wec) co_return wec;
-  up_buffer_.clear();
-  up_parser_.emplace();
-  up_parser_->header_limit(64u << 10);
-  up_parser_->body_limit(boost::none);
-  auto [ec, n] = co_await http::async_read_header(lease_.socket(), up_buffer_, *up_parser_, use_tuple);
-  if (!ec) rec_.status = up_parser_->get().result_int();
-  co_return ec;
-}
-
-// One read of upstream body bytes (any amount) under the idle-gap / total deadline.
-asio::awaitable<bool> RequestLife::read_upstream(char* data, size_t size, size_t& got, boost::system::error_code& ec) {
-  got = 0;
-  while (got == 0 && !up_parser_->is_done()) {
-    auto& body = up_parser_->get().body();
-    body.data = data;
-    body.size = size;
-    s_.watchdog().arm_capped(tmo_.idle_gap, Phase::stream_gap, total_deadline_, Phase::total);
-    auto [e, n] = co_await http::async_read_some(lease_.socket(), up_buffer_, *up_parser_, use_tuple);
-    if (e == http::error::need_buffer) e = {};
-    got = size - body.size;
-    if (e) {
-      ec = e;
-      co_return false;
-    }
-  }
-  co_return true;
+  return head;
 }
 
 asio::awaitable<bool> RequestLife::write_client(std::string_view a, std::string_view b, std::string_view c) {
-  s_.watchdog().arm_capped(tmo_.idle_gap, Phase::client_write, total_deadline_, Phase::total);
-  co_return co_await s_.write(a, b, c);
+  const auto at = SteadyClock::now() + tmo_.idle_gap;
+  if (total_deadline_ < at) down_.deadline(total_deadline_, Phase::total);
+  else down_.deadline(at, Phase::client_write);
+  co_return co_await down_.write(a, b, c);
 }
 
 std::string RequestLife::response_head_from_upstream(bool chunked, size_t content_length) {
-  const auto& res = up_parser_->get();
+  const auto& res = up_->response();
   std::string head;
   head.reserve(384);
   auto reason = res.reason();
@@ -399,56 +455,60 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   // Read straight into the body: sized by Content-Length when known, else grown a chunk at a time.
   std::string body;
   size_t used = 0;
-  const size_t step = std::min<uint64_t>(up_parser_->content_length().value_or(kRelayChunk), kMaxBufferedBody) + 1;
-  while (!up_parser_->is_done()) {
+  const size_t step = std::min<uint64_t>(up_->content_length().value_or(kRelayChunk), kMaxBufferedBody) + 1;
+  while (!up_->body_done()) {
     if (body.size() - used < 512) body.resize(used + std::max<size_t>(step, kRelayChunk / 4));
     size_t got = 0;
     boost::system::error_code ec;
-    if (!co_await read_upstream(body.data() + used, body.size() - used, got, ec)) {
+    if (!co_await up_->read(body.data() + used, body.size() - used, got, ec)) {
       fail_upstream(ec, false);
       co_return;
     }
     used += got;
     if (used > kMaxBufferedBody) {
       fail(Outcome::upstream_error, api_error(502, "The model server's response is too large.", "server_error"),
-           "response_too_large");
+           Reason::response_too_large);
       co_return;
     }
   }
   body.resize(used);
-  s_.set_upstream(nullptr);
-  if (up_parser_->keep_alive() && up_buffer_.size() == 0) lease_.reusable();
-  lease_ = {};  // back to the pool before we write downstream
+  const int status = up_->status();
+  up_->done();  // back to the pool before we write downstream
 
   std::string rewritten;
   std::string_view out = body;
   if (response_rewriter_ && response_rewriter_->append(body, rewritten)) out = rewritten;
   if (auto u = find_usage(body)) take_usage(*u);
   guard_.on_first_token();
-  if (rec_.completion_tokens > 0) guard_.on_tokens(rec_.completion_tokens);
-  if (ticket_ && rec_.completion_tokens > 0) ticket_->on_output(rec_.completion_tokens);
-  const int status = up_parser_->get().result_int();
+  if (rec_.completion_tokens > 0) {
+    guard_.on_tokens(rec_.completion_tokens);
+    ticket_->on_output(rec_.completion_tokens);
+  }
   if (!co_await write_client(response_head_from_upstream(false, out.size()), out)) {
-    finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
+    finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
     co_return;
   }
-  finish(status < 400 ? Outcome::ok : Outcome::upstream_error, status, status < 400 ? "" : "upstream_status");
+  finish(status < 400 ? Outcome::ok : Outcome::upstream_error, status, status < 400 ? Reason::none : Reason::upstream_status);
 }
 
 // ---- relay an SSE stream: every read is written downstream at once, as one HTTP chunk ----
+// The idle gap counts from the last SSE *event*: a server that sends only comments (": ping")
+// keeps the connection busy but the stream idle, and ends at idle_ms like a silent one.
 asio::awaitable<void> RequestLife::relay_stream() {
   if (!co_await write_client(response_head_from_upstream(true, 0))) {
-    finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
+    finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
     co_return;
   }
   SseParser sse;
   std::string chunk(kRelayChunk, '\0');
   std::string out;
   bool rewriting = response_rewriter_.has_value() || strip_usage_;
-  while (!up_parser_->is_done()) {
+  auto last_event = SteadyClock::now();
+  while (!up_->body_done()) {
     size_t got = 0;
     boost::system::error_code ec;
-    if (!co_await read_upstream(chunk.data(), chunk.size(), got, ec)) {
+    if (!co_await up_->read(chunk.data(), chunk.size(), got, ec, last_event + tmo_.idle_gap)) {
+      flush_tokens();
       fail_upstream(ec, true);
       failure_->partial_pending = !sse.pending().empty();
       if (rewriting) failure_->partial_event = std::string(sse.pending());
@@ -460,11 +520,13 @@ asio::awaitable<void> RequestLife::relay_stream() {
     out.clear();
     SseEvent ev;
     while (sse.next(ev)) {
+      if (ev.has_data) last_event = now;
       on_event(ev, now);
       if (!rewriting || (strip_usage_ && is_usage_only_chunk(ev))) continue;
       if (response_rewriter_) response_rewriter_->append(ev.raw, out);
       else out.append(ev.raw);
     }
+    flush_tokens();  // once per read, not per token: the router's and the queue's locks
     if (rewriting && sse.failed()) {  // an event too large to hold: relay the rest untouched
       out.append(sse.pending());
       rewriting = false;
@@ -473,23 +535,21 @@ asio::awaitable<void> RequestLife::relay_stream() {
     if (send.empty()) continue;
     if (!co_await write_client(fmt::format("{:x}\r\n", send.size()), send, "\r\n")) {
       rec_.cancelled_while_streaming = true;
-      finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
+      finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
       co_return;
     }
   }
-  s_.set_upstream(nullptr);
-  if (up_parser_->keep_alive() && up_buffer_.size() == 0) lease_.reusable();
-  lease_ = {};
+  const int status = up_->status();
+  up_->done();
   std::string tail;
   if (rewriting && !sse.pending().empty()) tail = fmt::format("{:x}\r\n{}\r\n", sse.pending().size(), sse.pending());
   tail += "0\r\n\r\n";
   if (!co_await write_client(tail)) {
     rec_.cancelled_while_streaming = true;
-    finish(Outcome::client_cancelled, kClientClosedStatus, "client_closed");
+    finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
     co_return;
   }
-  const int status = up_parser_->get().result_int();
-  finish(status < 400 ? Outcome::ok : Outcome::upstream_error, status, status < 400 ? "" : "upstream_status");
+  finish(status < 400 ? Outcome::ok : Outcome::upstream_error, status, status < 400 ? Reason::none : Reason::upstream_status);
 }
 
 void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
@@ -505,10 +565,16 @@ void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
       itl_->observe(to_seconds(gap));
     }
     last_token_ = now;
-    guard_.on_tokens(1);
-    if (ticket_) ticket_->on_output(1);
+    ++unflushed_tokens_;
   }
   if (auto u = find_usage(ev.data)) take_usage(*u);
+}
+
+void RequestLife::flush_tokens() {
+  if (unflushed_tokens_ == 0) return;
+  guard_.on_tokens(unflushed_tokens_);
+  ticket_->on_output(unflushed_tokens_);
+  unflushed_tokens_ = 0;
 }
 
 void RequestLife::take_usage(const Usage& u) {
@@ -517,43 +583,46 @@ void RequestLife::take_usage(const Usage& u) {
   rec_.cached_tokens = u.cached_tokens;
 }
 
-void RequestLife::fail(Outcome o, ApiError e, std::string reason) {
+void RequestLife::fail(Outcome o, ApiError e, Reason reason) {
   if (failure_) return;
   failure_.emplace();
   failure_->outcome = o;
   failure_->error = std::move(e);
-  failure_->reason = std::move(reason);
+  failure_->reason = reason;
 }
 
 // Classifies a failed upstream operation: the client left, a deadline passed, or the upstream broke.
 void RequestLife::fail_upstream(boost::system::error_code ec, bool mid_stream) {
-  const Phase expired = s_.watchdog().expired();
-  if (!s_.client_gone() && expired != Phase::total)
+  const Phase expired = down_.expired();
+  if (!down_.gone() && expired != Phase::total)
     report_attempt(expired == Phase::first_byte || expired == Phase::stream_gap ? AttemptResult::timeout
                                                                                  : AttemptResult::server_error);
-  if (s_.client_gone()) {
-    fail(Outcome::client_cancelled, {}, "client_closed");
+  if (down_.gone()) {
+    fail(Outcome::client_cancelled, {}, Reason::client_closed);
   } else if (expired == Phase::first_byte) {
     fail(Outcome::timeout, api_error(504, "The model server did not start responding in time.", "server_error", {}, "upstream_timeout"),
-         "first_byte_timeout");
+         Reason::first_byte_timeout);
   } else if (expired == Phase::stream_gap) {
     fail(Outcome::timeout,
          api_error(504, "The model server stopped sending in the middle of the response.", "server_error", {}, "upstream_timeout"),
-         "idle_timeout");
+         Reason::idle_timeout);
   } else if (expired == Phase::total) {
     fail(Outcome::timeout,
          api_error(504, "The request took longer than the gateway's total timeout.", "server_error", {}, "upstream_timeout"),
-         "total_timeout");
+         Reason::total_timeout);
   } else {
     fail(Outcome::upstream_error, api_error(502, fmt::format("The model server failed: {}.", ec.message()), "server_error", {}, "upstream_error"),
-         "upstream_io");
+         Reason::upstream_io);
   }
   failure_->mid_stream = mid_stream;
 }
 
+// Before any byte reached the client: an OpenAI error response. In the middle of a stream: the
+// error event vLLM sends (`data: {"error": {...}}`, which the OpenAI SDKs raise as APIError),
+// then the connection is closed *without* the chunked terminator and without [DONE], so that a
+// client that ignores error events still sees an incomplete response, never a finished stream.
 asio::awaitable<void> RequestLife::respond_failure() {
-  s_.set_upstream(nullptr);
-  lease_ = {};  // a failed exchange never goes back to the pool: closed
+  up_.reset();  // a failed exchange never goes back to the pool: closed
   Failure& f = *failure_;
   if (f.outcome == Outcome::client_cancelled) {
     rec_.cancelled_while_streaming = f.mid_stream;
@@ -566,16 +635,15 @@ asio::awaitable<void> RequestLife::respond_failure() {
     finish(f.outcome, f.error.status, f.reason);
     co_return;
   }
-  // The head is sent: end the stream with an error event and [DONE], after closing a partial event.
   std::string events = f.partial_event;
   if (f.partial_pending) events += "\n\n";
-  events += stream_error_events(f.error);
-  const std::string tail = fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", events.size(), events);
-  if (!co_await write_client(tail)) broken_ = true;
+  events += stream_error_event(f.error);
+  co_await write_client(fmt::format("{:x}\r\n{}\r\n", events.size(), events));
+  broken_ = true;  // the message is left unterminated: the connection closes
   finish(f.outcome, rec_.status, f.reason);
 }
 
-asio::awaitable<bool> RequestLife::reject(const ApiError& e, std::string_view reason, const ResponseHeaders& extra) {
+asio::awaitable<bool> RequestLife::reject(const ApiError& e, Reason reason, const ResponseHeaders& extra) {
   ResponseHeaders headers = extra;
   headers.emplace_back("x-request-id", rec_.id);
   if (const HeaderList* more = ticket_ ? ticket_->response_headers() : nullptr)
@@ -585,28 +653,29 @@ asio::awaitable<bool> RequestLife::reject(const ApiError& e, std::string_view re
   co_return ok && keep_alive_;
 }
 
-// The one completion path: every request passes here exactly once, however it ended.
-void RequestLife::finish(Outcome o, int status, std::string_view reason) {
+// The one completion path of a model request: every request passes here exactly once.
+void RequestLife::finish(Outcome o, int status, Reason reason) {
   if (finished_) return;
   finished_ = true;
   rec_.outcome = o;
   rec_.status = status;
-  rec_.reason = std::string(reason);
+  rec_.reason = reason;
   rec_.duration = SteadyClock::now() - start_;
+  flush_tokens();
   guard_.release();  // before the ticket: its release lets the admission dispatcher fill the slot
   // A cut or failed request is charged what was delivered (usage -1), not the engine's report.
   const bool completed = o == Outcome::ok;
   if (ticket_) ticket_->settle(completed ? rec_.prompt_tokens : -1, completed ? rec_.completion_tokens : -1);
   ticket_.reset();
-  s_.set_upstream(nullptr);
-  s_.watchdog().disarm();
+  up_.reset();
+  down_.clear_deadline();
   gw_.complete(rec_, *gen_);
 }
 
 }  // namespace
 
-asio::awaitable<bool> proxy_request(Session& session, ApiKind kind, DownstreamRequest& request, bool keep_alive) {
-  RequestLife life(session, kind, request, keep_alive);
+asio::awaitable<bool> proxy_request(const RequestContext& ctx, ApiKind kind, DownstreamRequest& request, bool keep_alive) {
+  RequestLife life(ctx, kind, request, keep_alive);
   co_return co_await life.run();
 }
 

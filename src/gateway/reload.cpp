@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/admission/admission_config.h"
 #include "core/config.h"
-#include "gateway/admission_driver.h"
 #include "gateway/gateway.h"
 
 namespace sluice {
@@ -37,10 +37,9 @@ ReloadResult reload_config(Gateway& gateway, const std::string& path,
     spdlog::warn("config reload: listen, admin and workers need a restart; keeping {} / {} / {} workers",
                  start.listen.str(), start.admin.str(), start.workers);
 
-  auto gen = build_generation(next, cur.get(), gateway.metrics(), gateway.seed() + cur->number * 1000);
   std::string error;
-  gen->admission = make_admission(gateway, *next, cur.get(), error);
-  if (!error.empty()) {
+  auto gen = build_generation(next, cur.get(), gateway.generation_inputs(gateway.seed() + cur->number * 1000), error);
+  if (!gen) {
     spdlog::error("config reload refused: {}: admission: {}; keeping the current config", path, error);
     return ReloadResult::refused;
   }
@@ -54,7 +53,7 @@ ReloadResult reload_config(Gateway& gateway, const std::string& path,
       start_loops(pool);
     }
   }
-  const bool admission_kept = gen->admission && gen->admission == cur->admission;
+  const bool admission_kept = gen->admission == cur->admission;
   const uint64_t number = gen->number;
   gateway.install(gen);
   for (const auto& [name, pool] : cur->pools) {
@@ -67,7 +66,7 @@ ReloadResult reload_config(Gateway& gateway, const std::string& path,
   spdlog::info("config reload applied: generation {} from {}: pools kept [{}], new or changed [{}], removed [{}]; "
                "{} models; admission {}",
                number, path, join(kept), join(fresh), join(removed), next->models.size(),
-               !gen->admission ? "off" : admission_kept ? "kept" : "rebuilt");
+               !next->admission || !next->admission->enabled ? "off" : admission_kept ? "kept" : "rebuilt");
   return ReloadResult::applied;
 }
 

@@ -10,7 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include "gateway/observability/admin.h"
-#include "gateway/admission_driver.h"
 #include "gateway/http/http_util.h"
 #include "gateway/reload.h"
 #include "gateway/signals/health_checker.h"
@@ -82,6 +81,7 @@ asio::awaitable<void> Worker::housekeeping() {
     housekeeping_timer_.expires_after(std::chrono::seconds(1));
     co_await housekeeping_timer_.async_wait(use_tuple);
     upstream_.sweep(SteadyClock::now());
+    gateway_.current()->admission->poke();  // room that appeared without a request ending
   }
 }
 
@@ -103,12 +103,7 @@ void Worker::abort_all() {
 Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options) : config_path_(options.config_path) {
   GatewayOptions gopts;
   gopts.access_log = options.access_log;
-  gateway_ = std::make_unique<Gateway>(config, gopts);
-  std::string error;
-  auto first = std::make_shared<Generation>(*gateway_->current());
-  first->admission = make_admission(*gateway_, *config, nullptr, error);
-  if (!error.empty()) throw std::runtime_error("admission: " + error);
-  gateway_->install(std::move(first));
+  gateway_ = std::make_unique<Gateway>(config, gopts);  // builds the first generation, admission included
   const int n = options.workers > 0 ? options.workers : config->workers;
   for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*gateway_, i, n));
 

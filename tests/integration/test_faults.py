@@ -2,7 +2,7 @@
 `sluice sim` process per replica so a replica can be killed. Loopback only, bounded in time.
 
 Every scenario asserts that each request ends with a complete response or a clear error (an HTTP
-error with an OpenAI error body, or a stream ending in an error event + [DONE]), that nothing
+error with an OpenAI error body, or a stream cut after an error event, without [DONE]), that nothing
 hangs past its timeout, that the gateway's in-flight counts return to zero, and that the gateway's
 resident memory stays bounded. Scenarios: a replica killed mid-stream; a replica that hangs
 (504, then taken out); one replica returning 20% 503s (retries hide them); one replica's metrics
@@ -158,6 +158,7 @@ def chat_body(stream, max_tokens=16, i=0):
 class Result:
     def __init__(self, status, body, elapsed, endpoint=None, error=None):
         self.status, self.body, self.elapsed, self.endpoint, self.error = status, body, elapsed, endpoint, error
+        self.incomplete = False
 
     def complete(self):
         """A full response: 200, and for a stream, [DONE] with no error event."""
@@ -168,7 +169,8 @@ class Result:
         return b'"choices"' in self.body
 
     def clear_error(self):
-        """An HTTP error with an OpenAI error body, or a stream that ends with an error event + [DONE]."""
+        """An HTTP error with an OpenAI error body, or a stream cut after an error event (no [DONE], the
+        chunked body left unterminated, so no client can take it for a finished stream)."""
         if self.error:
             return False
         if self.status != 200:
@@ -178,7 +180,7 @@ class Result:
                 return False
             # OpenAI's {"error": {...}} or vLLM's {"object": "error", "message": ...}
             return isinstance(doc, dict) and ("error" in doc or doc.get("object") == "error")
-        return b'"error"' in self.body and self.body.rstrip().endswith(b"data: [DONE]")
+        return b'"error"' in self.body and b"[DONE]" not in self.body and self.incomplete
 
 
 def send(port, stream=False, max_tokens=16, i=0, timeout=15):
@@ -188,8 +190,13 @@ def send(port, stream=False, max_tokens=16, i=0, timeout=15):
         c.request("POST", "/v1/chat/completions", body=chat_body(stream, max_tokens, i),
                   headers={"content-type": "application/json"})
         r = c.getresponse()
-        body = r.read()
-        return Result(r.status, body, time.time() - t0, r.getheader("x-sluice-endpoint"))
+        try:
+            body, incomplete = r.read(), False
+        except http.client.IncompleteRead as e:  # a stream cut after its error event
+            body, incomplete = e.partial, True
+        res = Result(r.status, body, time.time() - t0, r.getheader("x-sluice-endpoint"))
+        res.incomplete = incomplete
+        return res
     except (OSError, http.client.HTTPException) as e:
         return Result(None, b"", time.time() - t0, error=repr(e))
     finally:

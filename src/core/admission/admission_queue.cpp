@@ -106,15 +106,29 @@ std::optional<Dispatch> AdmissionQueue::pop_next(Time now,
   std::lock_guard lock(mu_);
   collect_expired(now);
   for (auto& [priority, band] : bands_) {
+    // A tenant's entries are FIFO, but an entry the filter refuses (its pool is full) does not
+    // block the tenant's entries for other pools: the first eligible one among its first
+    // kLookahead entries goes.
+    std::list<Entry>::iterator chosen;
     const std::optional<TenantId> tenant =
-        eligible ? band.vtc.next_if([&, &b = band](TenantId t) { return eligible(t, b.tenants.at(t).front().cookie); })
+        eligible ? band.vtc.next_if([&, &b = band](TenantId t) {
+          auto& f = b.tenants.at(t);
+          size_t looked = 0;
+          for (auto it = f.begin(); it != f.end() && looked < kLookahead; ++it, ++looked)
+            if (eligible(t, it->cookie)) {
+              chosen = it;
+              return true;
+            }
+          return false;
+        })
                  : band.vtc.next();
     if (!tenant) continue;
     auto& fifo = band.tenants.at(*tenant);
+    if (!eligible) chosen = fifo.begin();
     // Charge before take(): if this empties the tenant's queue, the lift floor it leaves behind
     // must include this dispatch.
-    band.vtc.charge_input(*tenant, fifo.front().input_tokens, fifo.front().weight);
-    Entry e = take(band, fifo.begin());
+    band.vtc.charge_input(*tenant, chosen->input_tokens, chosen->weight);
+    Entry e = take(band, chosen);
     if (counters_ != nullptr) counters_->dispatched.fetch_add(1, std::memory_order_relaxed);
     return Dispatch{e.ticket, e.cookie, e.tenant, priority, now - e.enqueued};
   }

@@ -100,6 +100,7 @@ struct BandDepth {
 
 class AdmissionQueue {
  public:
+  static constexpr size_t kLookahead = 32;  // entries of one tenant pop_next(now, eligible) looks at
   explicit AdmissionQueue(QueueConfig config = {}, AdmissionCounters* counters = nullptr);
   AdmissionQueue(const AdmissionQueue&) = delete;
   AdmissionQueue& operator=(const AdmissionQueue&) = delete;

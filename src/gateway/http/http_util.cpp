@@ -58,8 +58,6 @@ std::string new_request_id() {
   return fmt::format("{:016x}{:016x}", rng(), rng());
 }
 
-std::string stream_error_events(const ApiError& e) {
-  return "data: " + error_json(e) + "\n\ndata: [DONE]\n\n";
-}
+std::string stream_error_event(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }
 
 }  // namespace sluice

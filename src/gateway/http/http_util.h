@@ -31,7 +31,7 @@ bool is_hop_by_hop(std::string_view name);
 // 32 hex characters, random per request.
 std::string new_request_id();
 
-// The SSE error event sent when a stream fails after it started, then [DONE].
-std::string stream_error_events(const ApiError& e);
+// The SSE error event sent when a stream fails after it started (vLLM's shape: `data: {"error":..}`).
+std::string stream_error_event(const ApiError& e);
 
 }  // namespace sluice

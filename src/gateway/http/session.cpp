@@ -50,11 +50,10 @@ void Session::on_deadline(Phase phase) {
   switch (phase) {
     case Phase::first_byte:
     case Phase::stream_gap:
-    case Phase::connect:
-      if (upstream_) upstream_->close(ignored);
+      cancel_.emit(asio::cancellation_type::terminal);  // the request's upstream exchange ends
       break;
     case Phase::total:
-      if (upstream_) upstream_->close(ignored);
+      cancel_.emit(asio::cancellation_type::terminal);
       client_.cancel(ignored);
       break;
     default:
@@ -72,7 +71,7 @@ void Session::close_if_idle() {
 void Session::abort() {
   boost::system::error_code ignored;
   client_gone_ = true;
-  if (upstream_) upstream_->close(ignored);
+  cancel_.emit(asio::cancellation_type::terminal);
   client_.close(ignored);
 }
 
@@ -102,8 +101,7 @@ void Session::on_watch(boost::system::error_code ec, size_t n) {
     }
   } else if (ec != asio::error::operation_aborted) {
     client_gone_ = true;  // EOF or reset: the client left
-    boost::system::error_code ignored;
-    if (watching_ && upstream_) upstream_->close(ignored);  // the engine sees the abort at once
+    if (watching_) cancel_.emit(asio::cancellation_type::terminal);  // the engine sees the abort at once
   }
   if (watch_stopped_) watch_stopped_->cancel();
 }
@@ -123,7 +121,7 @@ asio::awaitable<void> Session::stop_watch() {
   }
 }
 
-asio::awaitable<void> Session::while_watching_client(asio::awaitable<void> work) {
+asio::awaitable<void> Session::watching(asio::awaitable<void> work) {
   start_watch();
   std::exception_ptr error;
   try {
@@ -170,7 +168,7 @@ asio::awaitable<void> Session::run() {
   // (Built here: GCC 12 miscompiles initializer lists inside co_await expressions.)
   const ResponseHeaders allow_post{{"Allow", "POST"}}, allow_get{{"Allow", "GET"}};
 
-  auto reply_error = [&](ApiError e, std::string_view reason) -> asio::awaitable<void> {
+  auto reply_error = [&](ApiError e, Reason reason) -> asio::awaitable<void> {
     co_await write(error_response(e, false));
     RequestRecord r;
     r.id = new_request_id();
@@ -206,24 +204,25 @@ asio::awaitable<void> Session::run() {
     auto [hec, hn] = co_await http::async_read_header(client_, buffer_, parser, use_tuple);
     if (hec) {
       if (watchdog_.expired() == Phase::header)
-        co_await reply_error(api_error(408, "Timed out reading the request headers.", "invalid_request_error", {}, "request_timeout"), "header_timeout");
+        co_await reply_error(api_error(408, "Timed out reading the request headers.", "invalid_request_error", {}, "request_timeout"), Reason::header_timeout);
       else if (hec == http::error::body_limit)  // Content-Length over the limit, seen with the headers
         co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                       "invalid_request_error", {}, "request_too_large"), "body_too_large");
+                                       "invalid_request_error", {}, "request_too_large"), Reason::body_too_large);
       else if (hec == http::error::header_limit)
-        co_await reply_error(api_error(431, "Request headers are too large.", "invalid_request_error", {}, "headers_too_large"), "headers_too_large");
+        co_await reply_error(api_error(431, "Request headers are too large.", "invalid_request_error", {}, "headers_too_large"), Reason::headers_too_large);
       else if (hec != http::error::end_of_stream && hec != asio::error::eof && hec != asio::error::connection_reset &&
                hec != asio::error::operation_aborted)
-        co_await reply_error(api_error(400, "Malformed HTTP request: " + hec.message() + "."), "bad_http");
+        co_await reply_error(api_error(400, "Malformed HTTP request: " + hec.message() + "."), Reason::bad_http);
       break;
     }
     ActiveRequest active(gw);
+    const auto head_done = SteadyClock::now();
     auto& req = parser.get();
     bool keep_alive = req.keep_alive() && !worker_.draining();
 
     if (parser.content_length() && *parser.content_length() > limits.max_body_bytes) {
       co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                     "invalid_request_error", {}, "request_too_large"), "body_too_large");
+                                     "invalid_request_error", {}, "request_too_large"), Reason::body_too_large);
       break;
     }
     if (!parser.is_done()) {
@@ -234,17 +233,18 @@ asio::awaitable<void> Session::run() {
       auto [bec, bn] = co_await http::async_read(client_, buffer_, parser, use_tuple);
       if (bec) {
         if (watchdog_.expired() == Phase::body)
-          co_await reply_error(api_error(408, "Timed out reading the request body.", "invalid_request_error", {}, "request_timeout"), "body_timeout");
+          co_await reply_error(api_error(408, "Timed out reading the request body.", "invalid_request_error", {}, "request_timeout"), Reason::body_timeout);
         else if (bec == http::error::body_limit)
           co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                         "invalid_request_error", {}, "request_too_large"), "body_too_large");
+                                         "invalid_request_error", {}, "request_too_large"), Reason::body_too_large);
         else if (bec != http::error::end_of_stream && bec != asio::error::eof && bec != asio::error::connection_reset &&
                  bec != http::error::partial_message)
-          co_await reply_error(api_error(400, "Malformed HTTP request body: " + bec.message() + "."), "bad_http");
+          co_await reply_error(api_error(400, "Malformed HTTP request body: " + bec.message() + "."), Reason::bad_http);
         break;
       }
     }
     watchdog_.disarm();
+    const Duration body_read = SteadyClock::now() - head_done;
 
     // ---- route ----
     const std::string_view path = path_of(req.target());
@@ -254,31 +254,50 @@ asio::awaitable<void> Session::run() {
     else if (path == "/v1/completions") kind = ApiKind::completion;
     else if (path == "/v1/embeddings") kind = ApiKind::embedding;
 
+    // The API listener's own answers pass the one completion path too (access log + metrics).
+    const auto started = SteadyClock::now();
+    auto answer = [&](std::string response, int status, Reason reason) -> asio::awaitable<void> {
+      co_await write(response);
+      RequestRecord r;
+      auto rid = req["x-request-id"];
+      r.id = rid.empty() || rid.size() > 128 ? new_request_id() : std::string(rid);
+      r.path = std::string(path.substr(0, 256));
+      r.status = status;
+      r.outcome = status < 400 ? Outcome::ok : Outcome::rejected;
+      r.reason = reason;
+      r.duration = SteadyClock::now() - started;
+      gw.complete(r);
+    };
+    const auto not_allowed = [&](std::string_view use, const ResponseHeaders& allow) {
+      return error_response(api_error(405, fmt::format("Method {} is not allowed on {}; use {}.",
+                                                       std::string_view(req.method_string()).substr(0, 32), path.substr(0, 256), use),
+                                      "invalid_request_error", {}, "method_not_allowed"),
+                            keep_alive, allow);
+    };
     if (kind) {
       if (method != http::verb::post) {
-        co_await write(error_response(api_error(405, fmt::format("Method {} is not allowed on {}; use POST.", std::string_view(req.method_string()), path),
-                                                "invalid_request_error", {}, "method_not_allowed"),
-                                      keep_alive, allow_post));
+        co_await answer(not_allowed("POST", allow_post), 405, Reason::method_not_allowed);
       } else {
-        keep_alive = co_await proxy_request(*this, *kind, req, keep_alive);
+        const RequestContext ctx{gw, upstream_pool(), *this, body_read};
+        keep_alive = co_await proxy_request(ctx, *kind, req, keep_alive);
       }
     } else if (path == "/v1/models" || path == "/healthz" || path == "/readyz") {
       if (method != http::verb::get && method != http::verb::head) {
-        co_await write(error_response(api_error(405, fmt::format("Method {} is not allowed on {}; use GET.", std::string_view(req.method_string()), path),
-                                                "invalid_request_error", {}, "method_not_allowed"),
-                                      keep_alive, allow_get));
+        co_await answer(not_allowed("GET", allow_get), 405, Reason::method_not_allowed);
       } else if (path == "/v1/models") {
-        co_await write(simple_response(200, "application/json", gw.current()->models_json, keep_alive));
+        co_await answer(simple_response(200, "application/json", gw.current()->models_json, keep_alive), 200, Reason::none);
       } else if (path == "/healthz") {
-        co_await write(simple_response(200, "application/json", "{\"status\":\"ok\"}", keep_alive));
+        co_await answer(simple_response(200, "application/json", "{\"status\":\"ok\"}", keep_alive), 200, Reason::none);
       } else {
-        bool ready = gw.ready();
-        co_await write(simple_response(ready ? 200 : 503, "application/json",
-                                       ready ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}", keep_alive));
+        const bool ready = gw.ready();
+        co_await answer(simple_response(ready ? 200 : 503, "application/json",
+                                        ready ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}", keep_alive),
+                        ready ? 200 : 503, ready ? Reason::none : Reason::no_endpoint);
       }
     } else {
-      co_await write(error_response(api_error(404, fmt::format("Unknown path {}.", path), "invalid_request_error", {}, "not_found"),
-                                    keep_alive));
+      co_await answer(error_response(api_error(404, fmt::format("Unknown path {}.", path.substr(0, 256)), "invalid_request_error", {}, "not_found"),
+                                     keep_alive),
+                      404, Reason::not_found);
     }
     if (!keep_alive || client_gone_) break;
   }

@@ -8,7 +8,8 @@
 //   repeat while keep-alive and the gateway is not draining.
 //
 // While a proxied request is in flight the session watches the client socket (a read that returns
-// EOF means the client left) and closes the request's upstream connection at once.
+// EOF means the client left) and emits the request's cancellation signal (downstream.h), which
+// closes the request's upstream connection at once. The request sees only the Downstream interface.
 #pragma once
 #include <array>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include "gateway/http/downstream.h"
 #include "gateway/http/watchdog.h"
 
 namespace sluice {
@@ -29,25 +31,24 @@ class Worker;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-class Session : public std::enable_shared_from_this<Session> {
+class Session final : public Downstream, public std::enable_shared_from_this<Session> {
  public:
   Session(Worker& worker, tcp::socket socket);
-  ~Session();
+  ~Session() override;
   static void start(Worker& worker, tcp::socket socket);
 
   Gateway& gateway();
   UpstreamPool& upstream_pool();
-  tcp::socket& client() { return client_; }
-  Watchdog& watchdog() { return watchdog_; }
+  bool idle() const { return idle_; }
 
-  // The upstream socket the current request uses (closed on client disconnect or timeout).
-  void set_upstream(tcp::socket* s) { upstream_ = s; }
-  bool client_gone() const { return client_gone_; }
-  // Runs `work` while watching the client for a disconnect; returns when `work` does.
-  asio::awaitable<void> while_watching_client(asio::awaitable<void> work);
-  // Writes all buffers to the client with the client_write deadline; false on failure (the
-  // client is then marked gone).
-  asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {});
+  // ---- Downstream: what the request may use ----
+  asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {}) override;
+  bool gone() const override { return client_gone_; }
+  asio::cancellation_slot cancel_slot() override { return cancel_.slot(); }
+  void deadline(SteadyClock::time_point at, Phase phase) override { watchdog_.arm_at(at, phase); }
+  void clear_deadline() override { watchdog_.disarm(); }
+  Phase expired() const override { return watchdog_.expired(); }
+  asio::awaitable<void> watching(asio::awaitable<void> work) override;
 
   // Drain: wake an idle connection so it closes.
   void close_if_idle();
@@ -69,7 +70,7 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket client_;
   boost::beast::flat_buffer buffer_;
   Watchdog watchdog_;
-  tcp::socket* upstream_ = nullptr;
+  asio::cancellation_signal cancel_;  // emitted when the client leaves or a request deadline passes
   bool idle_ = true;
   bool client_gone_ = false;
   std::string early_bytes_;  // bytes the watcher read while a request was in flight (pipelining)

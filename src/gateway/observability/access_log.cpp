@@ -45,7 +45,7 @@ std::string access_log_line(const RequestRecord& r) {
   field(out, "path", r.path);
   field(out, "status", r.status);
   field(out, "outcome", to_string(r.outcome));
-  if (!r.reason.empty()) field(out, "reason", r.reason);
+  if (r.reason != Reason::none) field(out, "reason", to_string(r.reason));
   out += r.stream ? ",\"stream\":true" : ",\"stream\":false";
   field(out, "attempts", r.attempts);
   optional_tokens(out, "prompt_tokens", r.prompt_tokens);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/time.h"
+#include "gateway/observability/reason.h"
 
 namespace spdlog {
 class logger;
@@ -22,8 +23,9 @@ struct RequestRecord {
   std::string model;       // as the client named it
   std::string pool;
   std::string endpoint;    // the last endpoint tried
-  std::string reason;      // why it was rejected / failed (bad_request, unknown_model, ...)
+  Reason reason = Reason::none;  // why it was rejected / failed (reason.h)
   std::string path;
+  std::string_view listener = "api";  // "api" or "admin"
   int status = 0;
   Outcome outcome = Outcome::ok;
   bool stream = false;

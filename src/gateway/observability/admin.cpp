@@ -108,6 +108,18 @@ asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
                            keep_alive);
     }
     auto [wec, wn] = co_await asio::async_write(socket, asio::buffer(out), use_tuple);
+    {  // the one completion path (Gateway::complete), with a bounded path label
+      RequestRecord r;
+      r.listener = "admin";
+      r.id = new_request_id();
+      r.status = out.size() > 12 ? std::atoi(out.c_str() + 9) : 0;
+      r.outcome = wec ? Outcome::client_cancelled : r.status < 400 ? Outcome::ok : Outcome::rejected;
+      r.reason = r.status == 404 ? Reason::not_found : r.status == 405 ? Reason::method_not_allowed : Reason::none;
+      r.path = path == "/metrics" || path == "/debug/pick" || path == "/healthz" || path == "/readyz" ? std::string(path)
+               : path.starts_with("/dashboard")                                                     ? "/dashboard"
+                                                                                                    : "other";
+      gateway_.complete(r);
+    }
     if (wec || !keep_alive) break;
   }
   boost::system::error_code ignored;

@@ -39,9 +39,9 @@ TEST(HttpUtil, RequestIdsAreUniqueHex) {
   EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
 }
 
-TEST(HttpUtil, StreamErrorEventsEndWithDone) {
-  auto ev = stream_error_events(api_error(504, "late", "server_error"));
-  EXPECT_EQ(ev, "data: {\"error\":{\"message\":\"late\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
+TEST(HttpUtil, StreamErrorEventIsVllmShapedWithoutDone) {
+  auto ev = stream_error_event(api_error(504, "late", "server_error"));
+  EXPECT_EQ(ev, "data: {\"error\":{\"message\":\"late\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
 }
 
 TEST(AccessLog, LineIsJsonWithEveryField) {

@@ -1,0 +1,42 @@
+// What a request may do with the client connection it arrived on, and nothing more (Pingora's
+// downstream session): write bytes, ask whether the client is gone, be told when it goes (a
+// cancellation signal), and set the request's deadline. The connection (session.h) implements
+// it; the request's life (proxy.cpp) and its upstream exchange (upstream_exchange.h) use only this.
+//
+// Cancellation: the connection emits `cancel_slot()` (terminal) when the client leaves (its
+// disconnect watch reads EOF) or when the deadline set with `deadline()` passes. Whatever
+// operation the request is waiting on has the slot bound (a queue wait, an upstream read or
+// write) and is cancelled at once; the request then asks gone() / expired() which it was.
+#pragma once
+#include <chrono>
+#include <string_view>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+
+#include "core/time.h"
+#include "gateway/http/watchdog.h"
+
+namespace sluice {
+
+using SteadyClock = std::chrono::steady_clock;
+
+class Downstream {
+ public:
+  virtual ~Downstream() = default;
+  // Writes a, b and c to the client under the client-write deadline; false when the client is gone
+  // (it is then marked gone).
+  virtual boost::asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {}) = 0;
+  virtual bool gone() const = 0;
+  // Emitted when the client leaves or the deadline passes. One handler at a time (Asio's rule).
+  virtual boost::asio::cancellation_slot cancel_slot() = 0;
+  // The request's current deadline and the phase it stands for (replaces the previous one).
+  virtual void deadline(SteadyClock::time_point at, Phase phase) = 0;
+  virtual void clear_deadline() = 0;
+  // The phase whose deadline passed (Phase::none if none did).
+  virtual Phase expired() const = 0;
+  // Runs `work` while watching the client for a disconnect; returns when `work` does.
+  virtual boost::asio::awaitable<void> watching(boost::asio::awaitable<void> work) = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,82 @@
+#include "gateway/http/upstream_exchange.h"
+
+#include <array>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http.hpp>
+
+namespace sluice {
+
+namespace http = boost::beast::http;
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr uint32_t kMaxResponseHead = 64u << 10;
+}  // namespace
+
+UpstreamExchange::UpstreamExchange(UpstreamLease lease, Downstream& down, const ExchangeDeadlines& deadlines)
+    : lease_(std::move(lease)), down_(down), deadlines_(deadlines), slot_(down.cancel_slot()) {
+  if (slot_.is_connected())
+    slot_.assign([sock = &lease_.socket()](asio::cancellation_type) {
+      boost::system::error_code ignored;
+      sock->close(ignored);
+    });
+}
+
+UpstreamExchange::~UpstreamExchange() {
+  if (slot_.is_connected()) slot_.clear();
+  // lease_ closes the connection unless done() marked it reusable
+}
+
+asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_view head, std::string_view body) {
+  const auto first = SteadyClock::now() + deadlines_.first_byte;
+  if (deadlines_.total < first) down_.deadline(deadlines_.total, Phase::total);
+  else down_.deadline(first, Phase::first_byte);
+  std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body)};
+  auto [wec, wn] = co_await asio::async_write(lease_.socket(), bufs, use_tuple);
+  if (wec) co_return wec;
+  buffer_.clear();
+  for (int interim = 0;; ++interim) {
+    parser_.emplace();
+    parser_->header_limit(kMaxResponseHead);
+    parser_->body_limit(boost::none);
+    auto [ec, n] = co_await http::async_read_header(lease_.socket(), buffer_, *parser_, use_tuple);
+    if (ec) co_return ec;
+    head_read_ = true;
+    const int status = parser_->get().result_int();
+    if (status >= 200) co_return boost::system::error_code{};
+    // 1xx: an interim response (RFC 9110 section 15.2). 101 would switch protocols, which the
+    // gateway never asked for; more than a few interim heads is a server that never answers.
+    if (status == 101 || interim + 1 >= kMaxInterim) co_return http::error::bad_status;
+  }
+}
+
+asio::awaitable<bool> UpstreamExchange::read(char* data, size_t size, size_t& got, boost::system::error_code& ec,
+                                             std::optional<SteadyClock::time_point> gap_deadline) {
+  got = 0;
+  while (got == 0 && !parser_->is_done()) {
+    auto& b = parser_->get().body();
+    b.data = data;
+    b.size = size;
+    const auto gap = gap_deadline.value_or(SteadyClock::now() + deadlines_.idle_gap);
+    if (deadlines_.total < gap) down_.deadline(deadlines_.total, Phase::total);
+    else down_.deadline(gap, Phase::stream_gap);
+    auto [e, n] = co_await http::async_read_some(lease_.socket(), buffer_, *parser_, use_tuple);
+    if (e == http::error::need_buffer) e = {};
+    got = size - b.size;
+    if (e) {
+      ec = e;
+      co_return false;
+    }
+  }
+  co_return true;
+}
+
+void UpstreamExchange::done() {
+  if (parser_ && parser_->is_done() && parser_->keep_alive() && buffer_.size() == 0) lease_.reusable();
+  if (slot_.is_connected()) slot_.clear();
+  lease_ = {};
+}
+
+}  // namespace sluice

@@ -1,0 +1,75 @@
+// Why a request ended the way it did: the `reason` of the access log and the label of
+// sluice_rejects_total. An enum, so every ending names one of a closed set (bounded label values,
+// no typo'd strings); to_string gives the stable names that logs, metrics and docs use.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "core/admission/outcome.h"
+
+namespace sluice {
+
+enum class Reason : uint8_t {
+  none,  // served (ok), or an upstream status passed on without a gateway reason
+  // the request itself
+  bad_http, header_timeout, body_timeout, body_too_large, headers_too_large, bad_request, not_found,
+  method_not_allowed, unknown_model, wrong_api, too_many_connections, buffer_full,
+  // admission (core/admission/outcome.h)
+  unauthorized, rate_limit, too_large, queue_full, queue_timeout, shed,
+  // routing and the upstream exchange
+  no_endpoint, connect_timeout, connect_error, first_byte_timeout, idle_timeout, total_timeout, upstream_io,
+  upstream_status, response_too_large, internal,
+  // the client left
+  cancelled_queued, client_closed,
+};
+
+constexpr std::string_view to_string(Reason r) {
+  switch (r) {
+    case Reason::none: return "";
+    case Reason::bad_http: return "bad_http";
+    case Reason::header_timeout: return "header_timeout";
+    case Reason::body_timeout: return "body_timeout";
+    case Reason::body_too_large: return "body_too_large";
+    case Reason::headers_too_large: return "headers_too_large";
+    case Reason::bad_request: return "bad_request";
+    case Reason::not_found: return "not_found";
+    case Reason::method_not_allowed: return "method_not_allowed";
+    case Reason::unknown_model: return "unknown_model";
+    case Reason::wrong_api: return "wrong_api";
+    case Reason::too_many_connections: return "too_many_connections";
+    case Reason::buffer_full: return "buffer_full";
+    case Reason::unauthorized: return "unauthorized";
+    case Reason::rate_limit: return "rate_limit";
+    case Reason::too_large: return "too_large";
+    case Reason::queue_full: return "queue_full";
+    case Reason::queue_timeout: return "queue_timeout";
+    case Reason::shed: return "shed";
+    case Reason::no_endpoint: return "no_endpoint";
+    case Reason::connect_timeout: return "connect_timeout";
+    case Reason::connect_error: return "connect_error";
+    case Reason::first_byte_timeout: return "first_byte_timeout";
+    case Reason::idle_timeout: return "idle_timeout";
+    case Reason::total_timeout: return "total_timeout";
+    case Reason::upstream_io: return "upstream_io";
+    case Reason::upstream_status: return "upstream_status";
+    case Reason::response_too_large: return "response_too_large";
+    case Reason::internal: return "internal";
+    case Reason::cancelled_queued: return "cancelled_queued";
+    case Reason::client_closed: return "client_closed";
+  }
+  return "internal";
+}
+
+constexpr Reason reason_of(RejectReason r) {
+  switch (r) {
+    case RejectReason::rate_limit: return Reason::rate_limit;
+    case RejectReason::too_large: return Reason::too_large;
+    case RejectReason::queue_full: return Reason::queue_full;
+    case RejectReason::queue_timeout: return Reason::queue_timeout;
+    case RejectReason::shed: return Reason::shed;
+    case RejectReason::unauthorized: return Reason::unauthorized;
+  }
+  return Reason::internal;
+}
+
+}  // namespace sluice
