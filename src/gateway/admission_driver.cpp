@@ -114,8 +114,9 @@ class Driver final : public AdmissionRuntime {
   void render(std::string& out) override;
   const std::string& fingerprint() const override { return fingerprint_; }
 
-  void placed(Waiter& w);    // the woken request holds its endpoint now (or gave up)
-  void finished(Waiter& w);  // the admitted request ended (whatever way)
+  std::optional<AdmitResult> try_admit(const AdmitRequest& in) override;
+  void placed(uintptr_t cookie);    // the woken request holds its endpoint now (or gave up)
+  void finished(uintptr_t cookie);  // the admitted request ended (whatever way)
   void charge(size_t label, int64_t in, int64_t out);
   Time now() const { return host_.now(); }
 
@@ -162,7 +163,7 @@ void AdmitTicket::on_dispatched() {
   if (started_) return;
   started_ = true;
   req_.on_dispatched();  // from here a cut request is charged its input + delivered output
-  d_.placed(*w_);
+  d_.placed(w_->cookie);
 }
 
 std::optional<int64_t> AdmitTicket::inject_max_tokens() const {
@@ -186,8 +187,21 @@ void AdmitTicket::settle(int64_t prompt_tokens, int64_t completion_tokens) {
 
 AdmitTicket::~AdmitTicket() {
   settle(-1, -1);
-  d_.finished(*w_);
+  d_.finished(w_->cookie);
 }
+
+// The implicit gate's fast path: a slot promised at once, nothing to charge or refund.
+class GateTicket final : public AdmissionTicket {
+ public:
+  GateTicket(Driver& d, uintptr_t cookie) : d_(d), cookie_(cookie) {}
+  ~GateTicket() override;
+  void on_dispatched() override;
+
+ private:
+  Driver& d_;
+  uintptr_t cookie_;
+  bool started_ = false;
+};
 
 // ---- the driver ------------------------------------------------------------------------------
 AuthOutcome Driver::authenticate(const boost::beast::http::fields& headers) const {
@@ -284,21 +298,47 @@ void Driver::expire() {
   wake(woken);
 }
 
-void Driver::placed(Waiter& w) {
+void Driver::placed(uintptr_t cookie) {
   {
     std::lock_guard lock(mu_);
-    dispatcher_.on_placed(w.cookie);
+    dispatcher_.on_placed(cookie);
   }
   poke();
 }
 
-void Driver::finished(Waiter& w) {
+void Driver::finished(uintptr_t cookie) {
   {
     std::lock_guard lock(mu_);
-    dispatcher_.on_finished(w.cookie, host_.now());
+    dispatcher_.on_finished(cookie, host_.now());
     sync_queued();
   }
   poke();
+}
+
+void GateTicket::on_dispatched() {
+  if (started_) return;
+  started_ = true;
+  d_.placed(cookie_);
+}
+
+GateTicket::~GateTicket() { d_.finished(cookie_); }
+
+std::optional<AdmitResult> Driver::try_admit(const AdmitRequest& in) {
+  if (enforcing_ || queued_.load(std::memory_order_relaxed) > 0) return std::nullopt;
+  const auto gen = host_.current();
+  const PoolRouter* router = gen->router(in.route.pool);
+  if (router == nullptr) return std::nullopt;
+  const Tenant& tenant = *in.tenant;
+  uintptr_t cookie = 0;
+  {
+    std::lock_guard lock(mu_);
+    cookie = next_cookie_++;
+    if (!dispatcher_.admit_now(cookie, in.route.pool, tenant.id, tenant.weight, tenant.priority, host_.now(), *router))
+      return std::nullopt;
+  }
+  AdmitResult r;
+  r.ticket = std::make_unique<GateTicket>(*this, cookie);
+  return r;
 }
 
 void Driver::forget(const std::shared_ptr<Waiter>& w) {

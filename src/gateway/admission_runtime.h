@@ -74,6 +74,9 @@ class AdmissionRuntime {
   // Authorization is never forwarded, usage is requested from the engine to settle.
   virtual bool enforcing() const = 0;
   virtual AuthOutcome authenticate(const boost::beast::http::fields& headers) const = 0;
+  // Decides at once when it can without waiting (the implicit gate with room and an empty
+  // queue: no queue entry, no timer, no client watch); nullopt: call admit().
+  virtual std::optional<AdmitResult> try_admit(const AdmitRequest& req) = 0;
   virtual boost::asio::awaitable<AdmitResult> admit(const AdmitRequest& req) = 0;
   // Room may have appeared without a request ending (an endpoint turned healthy, fresh signals):
   // run the dispatcher. Cheap when nothing is queued.

@@ -1,5 +1,7 @@
 #include "gateway/proxy.h"
 
+#include <charconv>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -28,6 +30,33 @@ constexpr int kClientClosedStatus = 499;        // nginx's convention, for logs 
 constexpr size_t kMaxEchoedModel = 256;         // a client-chosen name echoed in an error, at most
 
 bool iequals(std::string_view a, std::string_view b) { return boost::beast::iequals(a, b); }
+
+// is_hop_by_hop (http_util.h) by Beast's field enum first: one switch for the known names.
+bool hop_by_hop(http::field f, std::string_view name) {
+  switch (f) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_connection:
+    case http::field::transfer_encoding:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::upgrade:
+    case http::field::host:
+    case http::field::content_length:
+    case http::field::expect:
+    case http::field::proxy_authorization:
+    case http::field::proxy_authenticate:
+      return true;
+    case http::field::unknown:
+      return is_hop_by_hop(name);  // x-request-id
+    default:
+      return false;
+  }
+}
+
+void append_header(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name).append(": ", 2).append(value).append("\r\n", 2);
+}
 
 std::string tenant_of(const DownstreamRequest& req, const RequestModel& m) {
   auto h = req["x-gateway-inference-fairness-id"];
@@ -189,7 +218,8 @@ asio::awaitable<bool> RequestLife::run() {
   AdmitResult admitted;
   const AdmitRequest admit_request{*model_, *route_, auth.tenant, req_.base(), down_.cancel_slot(),
                                    [this] { return down_.gone(); }};
-  co_await down_.watching([&]() -> asio::awaitable<void> { admitted = co_await admission.admit(admit_request); }());
+  if (auto now = admission.try_admit(admit_request)) admitted = std::move(*now);
+  else co_await down_.watching([&]() -> asio::awaitable<void> { admitted = co_await admission.admit(admit_request); }());
   observe(OverheadPhase::admit, phase);  // includes the queue wait (sluice_queue_time_seconds alone)
   if (admitted.client_left || (!admitted.denial && down_.gone())) {
     ticket_ = std::move(admitted.ticket);
@@ -408,7 +438,7 @@ std::string RequestLife::upstream_head() const {
   bool has_content_type = false;
   for (const auto& f : req_.base()) {
     const std::string_view name = f.name_string();
-    if (is_hop_by_hop(name)) continue;
+    if (hop_by_hop(f.name(), name)) continue;
     // With tenants, the bearer key is the gateway's (never forwarded) and the priority header its own.
     if (enforcing_ && (f.name() == http::field::authorization || iequals(name, "x-sluice-priority"))) continue;
     has_content_type |= f.name() == http::field::content_type;
@@ -431,20 +461,25 @@ std::string RequestLife::response_head_from_upstream(bool chunked, size_t conten
   std::string head;
   head.reserve(384);
   auto reason = res.reason();
-  fmt::format_to(std::back_inserter(head), "HTTP/1.1 {} {}\r\n", res.result_int(), std::string_view(reason.data(), reason.size()));
+  char num[24];
+  head.append("HTTP/1.1 ", 9);
+  head.append(num, std::to_chars(num, num + sizeof num, res.result_int()).ptr);
+  head.append(" ", 1).append(std::string_view(reason.data(), reason.size())).append("\r\n", 2);
   for (const auto& f : res.base()) {
     const std::string_view name = f.name_string();
-    if (is_hop_by_hop(name)) continue;
-    head.append(name).append(": ").append(f.value()).append("\r\n");
+    if (hop_by_hop(f.name(), name)) continue;
+    append_header(head, name, f.value());
   }
-  head.append("x-request-id: ").append(rec_.id).append("\r\n");
+  append_header(head, "x-request-id", rec_.id);
   if (const HeaderList* extra = ticket_ ? ticket_->response_headers() : nullptr)
-    for (const auto& [k, v] : *extra) head.append(k).append(": ").append(v).append("\r\n");
-  if (gen_->config->expose_routing_headers)
-    head += fmt::format("x-sluice-endpoint: {}\r\nx-sluice-predicted-cached-tokens: {}\r\n", rec_.endpoint,
-                        predicted_cached_);
+    for (const auto& [k, v] : *extra) append_header(head, k, v);
+  if (gen_->config->expose_routing_headers) {
+    append_header(head, "x-sluice-endpoint", rec_.endpoint);
+    append_header(head, "x-sluice-predicted-cached-tokens",
+                  std::string_view(num, std::to_chars(num, num + sizeof num, predicted_cached_).ptr));
+  }
   if (chunked) head += "Transfer-Encoding: chunked\r\n";
-  else fmt::format_to(std::back_inserter(head), "Content-Length: {}\r\n", content_length);
+  else append_header(head, "Content-Length", std::string_view(num, std::to_chars(num, num + sizeof num, content_length).ptr));
   if (!keep_alive_) head += "Connection: close\r\n";
   head += "\r\n";
   return head;
@@ -455,9 +490,11 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   // Read straight into the body: sized by Content-Length when known, else grown a chunk at a time.
   std::string body;
   size_t used = 0;
-  const size_t step = std::min<uint64_t>(up_->content_length().value_or(kRelayChunk), kMaxBufferedBody) + 1;
+  const auto length = up_->content_length();
+  // Sized by Content-Length when known (+1 to see the end), else grown 4 KiB at a time.
+  if (length) body.resize(std::min<uint64_t>(*length, kMaxBufferedBody) + 1);
   while (!up_->body_done()) {
-    if (body.size() - used < 512) body.resize(used + std::max<size_t>(step, kRelayChunk / 4));
+    if (body.size() == used || (!length && body.size() - used < 512)) body.resize(used + kRelayChunk / 4);
     size_t got = 0;
     boost::system::error_code ec;
     if (!co_await up_->read(body.data() + used, body.size() - used, got, ec)) {

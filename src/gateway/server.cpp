@@ -31,7 +31,8 @@ tcp::endpoint resolve_listen(const Address& a) {
 }  // namespace
 
 Worker::Worker(Gateway& gateway, int index, int workers)
-    : gateway_(gateway), index_(index), io_(1), acceptor_(io_), upstream_(io_.get_executor(), workers),
+    : gateway_(gateway), index_(index), io_(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO), acceptor_(io_),
+      upstream_(io_.get_executor(), workers),
       housekeeping_timer_(io_) {}
 
 void Worker::listen(const tcp::endpoint& at, bool reuse_port) {

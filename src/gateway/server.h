@@ -3,7 +3,10 @@
 //
 // Why one io_context per thread rather than one shared by N threads: a connection, its timers,
 // its watchdog and the upstream connections it leases then all live on one thread, so none of them
-// needs a strand or a lock, and the upstream pool is lock-free (Envoy's worker model). The kernel
+// needs a strand or a lock, and the upstream pool is lock-free (Envoy's worker model). The
+// io_context is created with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO: no per-socket locking in the
+// reactor, because no socket is ever touched from another thread (other threads only post
+// handlers, e.g. the admission dispatcher waking a queued request, which stays locked). The kernel
 // spreads new connections across the reuseport acceptors. What is shared (PoolRouter, metrics,
 // counters) is either mutex-per-pool or atomics. The admin listener runs on worker 0, the
 // engine-metrics scrapers on the last worker.

@@ -75,6 +75,26 @@ bool Dispatcher::popped(uintptr_t cookie) {
   return true;
 }
 
+bool Dispatcher::admit_now(uintptr_t cookie, std::string_view pool_name, TenantId tenant, double weight, int priority,
+                           Time now, const PoolRouter& router) {
+  if (queued_total_ > 0 || entries_.contains(cookie)) return false;
+  auto& ps = pool(pool_name);
+  const int64_t share_in_flight = fair_.enabled ? ps.share.total_in_flight() : 0;
+  if (!pool_has_room(router, ps.promised, share_in_flight, now)) return false;
+  if (fair_.enabled) {
+    const auto occ = router.occupancy();
+    ps.share.on_queued(tenant, weight, now, priority);
+    if (!ps.share.may_dispatch(tenant, occ.capacity, std::max(occ.in_flight + ps.promised, share_in_flight), now)) {
+      ps.share.on_left_queue(tenant, now);
+      return false;
+    }
+    ps.share.on_dispatched(tenant);
+  }
+  entries_.emplace(cookie, Entry{std::string(pool_name), tenant, priority, State::popped});
+  ++ps.promised;
+  return true;
+}
+
 void Dispatcher::on_placed(uintptr_t cookie) {
   auto it = entries_.find(cookie);
   if (it == entries_.end() || it->second.state != State::popped) return;

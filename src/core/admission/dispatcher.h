@@ -82,6 +82,10 @@ class Dispatcher {
     }
     return n;
   }
+  // The fast path: when nothing is queued and `router`'s pool has room, registers the request as
+  // popped at once (it never enters the queue) and returns true; else false (enqueue it).
+  bool admit_now(uintptr_t cookie, std::string_view pool, TenantId tenant, double weight, int priority, Time now,
+                 const PoolRouter& router);
   // The popped request holds its endpoint now (or ended before it got one). Idempotent.
   void on_placed(uintptr_t cookie);
   // The request ended, whatever way: its fair share of the slots is free. Forgets the cookie.

@@ -45,7 +45,69 @@ bool ModelRewriter::append(std::string_view text, std::string& out) const {
   return false;
 }
 
+namespace {
+
+// The `{...}` object that starts at json[i] (strings and escapes honoured), or npos.
+size_t object_end(std::string_view json, size_t i) {
+  int depth = 0;
+  bool in_string = false;
+  for (; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}' && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+
+// Fast path: engines put `"usage":{...}` last in a completion or chunk. Find the last `"usage"`
+// key (not inside a string: not preceded by a backslash; followed by a colon), and hand back just
+// `{"usage":{...}}` for the full parse, which then reads a few dozen bytes instead of the whole
+// response. Anything unexpected: the caller parses the whole document.
+std::optional<std::string_view> usage_member(std::string_view json, size_t& begin) {
+  // Forward search (memchr-based) over the tail, where engines put it; not found: full parse.
+  const size_t from = json.size() > 384 ? json.size() - 384 : 0;
+  size_t key = std::string_view::npos;
+  for (size_t at = json.find("\"usage\"", from); at != std::string_view::npos; at = json.find("\"usage\"", at + 1)) key = at;
+  if (key == std::string_view::npos || key == 0 || json[key - 1] == '\\') return std::nullopt;
+  size_t i = key + 7;
+  while (i < json.size() && is_space(json[i])) ++i;
+  if (i >= json.size() || json[i] != ':') return std::nullopt;
+  ++i;
+  while (i < json.size() && is_space(json[i])) ++i;
+  if (i >= json.size() || json[i] != '{') return std::nullopt;
+  const size_t end = object_end(json, i);
+  if (end == std::string_view::npos) return std::nullopt;
+  begin = key;
+  return json.substr(key, end - key);
+}
+
+}  // namespace
+
+std::optional<Usage> parse_usage_document(std::string_view json);
+
 std::optional<Usage> find_usage(std::string_view json) {
+  if (json.size() > 256) {
+    size_t begin = 0;
+    if (auto member = usage_member(json, begin)) {
+      thread_local std::string small;
+      small.assign("{").append(*member).append("}");
+      if (auto u = parse_usage_document(small)) return u;
+    }
+  }
+  return parse_usage_document(json);
+}
+
+// The whole document's top-level `usage` object.
+std::optional<Usage> parse_usage_document(std::string_view json) {
   if (json.find("\"usage\"") == std::string_view::npos) return std::nullopt;
   thread_local od::parser parser;
   thread_local std::string buffer;

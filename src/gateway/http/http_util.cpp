@@ -55,7 +55,13 @@ bool is_hop_by_hop(std::string_view name) {
 
 std::string new_request_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{:016x}{:016x}", rng(), rng());
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    uint64_t v = rng();
+    for (int i = 15; i >= 0; --i, v >>= 4) id[half * 16 + i] = hex[v & 15];
+  }
+  return id;
 }
 
 std::string stream_error_event(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }
