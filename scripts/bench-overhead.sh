@@ -7,8 +7,15 @@
 # Two runs per target: a latency run at a moderate, closed-loop load (LAT_CONNS connections) that
 # reports p50/p99, and a throughput run (TPUT_CONNS connections) that reports requests/s.
 # Goal: sluice adds <= 50 us at p50 and <= 250 us at p99 over direct in the latency run, and
-# reaches >= 0.7x HAProxy's requests/s in the throughput run. Proxies get one thread each (nginx
+# reaches >= 0.9x HAProxy's requests/s in the throughput run. Proxies get one thread each (nginx
 # one worker, wrk one thread): on a 2-core machine every process competes for the same cores.
+# Then (PARTS, default "small long stream"):
+#   long:   220 KB request bodies at LONG_CONNS (150) connections against nginx: time to first
+#           byte p50/p99 direct vs through sluice (goal: sluice adds <= 5 ms at p50, <= 20 ms at
+#           p99), and sluice's CPU per request (utime + stime from /proc) at 220 KB and at 100k-token
+#           (400 KB) prompts.
+#   stream: a 2,000-token SSE stream (nginx serves it at full speed) relayed by sluice with
+#           admission on (a tenant with a key): gateway CPU per relayed token (goal <= 2 us).
 #
 # Usage: scripts/bench-overhead.sh [path/to/sluice]   (default: build-release/sluice)
 # Env: DURATION (s, default 10), LAT_CONNS (4), TPUT_CONNS (64), SLUICE_WORKERS (1), HAPROXY_THREADS (1),
@@ -21,6 +28,8 @@ duration=${DURATION:-10}
 lat_conns=${LAT_CONNS:-4}
 tput_conns=${TPUT_CONNS:-64}
 sluice_workers=${SLUICE_WORKERS:-1}
+parts=${PARTS:-small long stream}
+long_conns=${LONG_CONNS:-150}
 haproxy_threads=${HAPROXY_THREADS:-1}
 if [ "$(id -u)" -eq 0 ]; then bench_nice=${BENCH_NICE:--10}; else bench_nice=${BENCH_NICE:-0}; fi
 run() { nice -n "$bench_nice" "$@"; }  # foreground only: `nice` execs, so `nice ... &` keeps $! right
@@ -53,7 +62,22 @@ request='{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{"role":"system
 
 # ---- nginx: the canned completion --------------------------------------------------------------
 nginx_port=$(free_port)
-mkdir -p "$tmp/nginx/logs"
+stream_port=$(free_port)
+mkdir -p "$tmp/nginx/logs" "$tmp/nginx/stream/v1/chat"
+python3 - "$tmp/nginx/stream/v1/chat/completions" <<'PY'
+import json, sys
+n = 2000
+with open(sys.argv[1], "w") as f:
+    for i in range(n):
+        f.write("data: " + json.dumps({"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1700000000,
+                                       "model": "meta-llama/Llama-3.1-8B-Instruct",
+                                       "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": None}]},
+                                      separators=(",", ":")) + "\n\n")
+    f.write("data: " + json.dumps({"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1700000000,
+                                   "model": "meta-llama/Llama-3.1-8B-Instruct", "choices": [],
+                                   "usage": {"prompt_tokens": 24, "completion_tokens": n, "total_tokens": n + 24}},
+                                  separators=(",", ":")) + "\n\ndata: [DONE]\n\n")
+PY
 cat > "$tmp/nginx/nginx.conf" <<CONF
 worker_processes 1;
 daemon off;
@@ -71,8 +95,15 @@ http {
       return 200 '$completion';
     }
   }
+  server {  # the streaming upstream: a 2,000-token SSE body for any POST (405 -> 200: static files to POST)
+    listen 127.0.0.1:$stream_port reuseport;
+    root $tmp/nginx/stream;
+    default_type text/event-stream;
+    location / { error_page 405 =200 \$uri; }
+  }
 }
 CONF
+chmod a+rx "$tmp"; chmod -R a+rX "$tmp/nginx/stream"  # nginx's workers may run as nobody
 nice -n "$bench_nice" nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" &
 pids+=($!)
 
@@ -114,10 +145,35 @@ models:
   - name: $model
     pool: chat
 CONF
+# The streaming part runs with admission on: a second sluice whose one tenant has a key.
+sluice_adm_port=$(free_port)
+admin_adm_port=$(free_port)
+key_sha=$(printf '%s' bench-key | sha256sum | cut -d' ' -f1)
+cat > "$tmp/sluice-adm.yaml" <<CONF
+listen: 127.0.0.1:$sluice_adm_port
+admin: 127.0.0.1:$admin_adm_port
+workers: $sluice_workers
+pools:
+  - name: stream
+    policy: round_robin
+    endpoints: [127.0.0.1:$stream_port]
+models:
+  - name: $model
+    pool: stream
+tenants:
+  - name: bench
+    key_sha256: [$key_sha]
+CONF
 nice -n "$bench_nice" "$sluice" serve -c "$tmp/sluice.yaml" --access-log "${SLUICE_ACCESS_LOG:-off}" --log-level warn &
 pids+=($!)
 
-wait_port "$nginx_port"; wait_port "$haproxy_port"; wait_port "$sluice_port"
+sluice_pid=$!
+nice -n "$bench_nice" "$sluice" serve -c "$tmp/sluice-adm.yaml" --access-log off --log-level warn &
+pids+=($!)
+sluice_adm_pid=$!
+
+wait_port "$nginx_port"; wait_port "$haproxy_port"; wait_port "$sluice_port"; wait_port "$sluice_adm_port"
+cpu_us() { awk '{print ($14 + $15) * 1e6 / '"$(getconf CLK_TCK)"'}' "/proc/$1/stat"; }  # utime + stime
 
 cat > "$tmp/post.lua" <<LUA
 wrk.method = "POST"
@@ -141,6 +197,7 @@ run_wrk() {  # port conns -> "rps p50 p99 errors"
     sed -n 's/^RESULT rps=\([0-9.]*\) p50=\([0-9.]*\) p99=\([0-9.]*\) errors=\([0-9]*\)/\1 \2 \3 \4/p'
 }
 
+if [[ " $parts " == *" small "* ]]; then
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A lat tput
 for name in direct haproxy sluice; do
@@ -176,3 +233,103 @@ print(f"sluice  adds {add50:7.1f} us at p50 (goal <= 50: {'met' if add50 <= 50 e
       f"{add99:7.1f} us at p99 (goal <= 250: {'met' if add99 <= 250 else 'NOT met'})")
 print(f"sluice / haproxy requests/s: {ratio:.2f}x (goal >= 0.7: {'met' if ratio >= 0.7 else 'NOT met'})")
 PY
+fi
+
+# ---- long prompts: 220 KB bodies, LONG_CONNS connections ------------------------------------------
+long_request() {  # bytes -> a chat request whose user message is that long
+  python3 - "$1" <<'PY'
+import json, sys
+n = int(sys.argv[1])
+words = ("the quick brown fox jumps over the lazy dog while the fleet routes tokens " * (n // 70 + 1))[:n]
+print(json.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "max_tokens": 16,
+                  "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                               {"role": "user", "content": words}]}))
+PY
+}
+long_lua() {  # body-file lua-file
+  cat > "$2" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open("$1", "rb"); wrk.body = f:read("*a"); f:close()
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT rps=%.1f p50=%.1f p99=%.1f errors=%d n=%d\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
+    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    summary.requests))
+end
+LUA
+}
+if [[ " $parts " == *" long "* ]]; then
+  long_request 225280 > "$tmp/long220k.json"
+  long_request 409600 > "$tmp/long100k.json"
+  long_lua "$tmp/long220k.json" "$tmp/long220k.lua"
+  long_lua "$tmp/long100k.json" "$tmp/long100k.lua"
+  run_long() {  # port lua conns -> "rps p50 p99 errors n"
+    run wrk -t1 -c"$3" -d"${duration}s" --timeout 10s -s "$2" "http://127.0.0.1:$1/v1/chat/completions" |
+      sed -n 's/^RESULT rps=\([0-9.]*\) p50=\([0-9.]*\) p99=\([0-9.]*\) errors=\([0-9]*\) n=\([0-9]*\)/\1 \2 \3 \4 \5/p'
+  }
+  echo
+  echo "long prompts: 220 KB request bodies, $long_conns connections, canned completion from nginx (time to first byte = latency)"
+  printf "%-8s %10s %10s %10s %7s\n" target rps "p50 us" "p99 us" errors
+  declare -A lng
+  for name in direct sluice; do
+    case $name in direct) port=$nginx_port ;; sluice) port=$sluice_port ;; esac
+    run wrk -t1 -c"$long_conns" -d2s -s "$tmp/long220k.lua" "http://127.0.0.1:$port/v1/chat/completions" >/dev/null
+    c0=$(cpu_us "$sluice_pid")
+    lng[$name]=$(run_long "$port" "$tmp/long220k.lua" "$long_conns")
+    c1=$(cpu_us "$sluice_pid")
+    read -r rps p50 p99 err n <<<"${lng[$name]}"
+    printf "%-8s %10.0f %10.1f %10.1f %7d\n" "$name" "$rps" "$p50" "$p99" "$err"
+    [ "$name" = sluice ] && cpu220=$(python3 -c "print(($c1 - $c0) / max(1, $n))")
+  done
+  c0=$(cpu_us "$sluice_pid")
+  r100=$(run_long "$sluice_port" "$tmp/long100k.lua" 16)
+  c1=$(cpu_us "$sluice_pid")
+  read -r _ _ _ _ n100 <<<"$r100"
+  cpu100=$(python3 -c "print(($c1 - $c0) / max(1, $n100))")
+  read -r _ d50 d99 _ _ <<<"${lng[direct]}"
+  read -r _ s50 s99 _ _ <<<"${lng[sluice]}"
+  python3 - "$d50" "$d99" "$s50" "$s99" "$cpu220" "$cpu100" <<'PY'
+import sys
+d50, d99, s50, s99, c220, c100 = map(float, sys.argv[1:])
+a50, a99 = (s50 - d50) / 1000, (s99 - d99) / 1000
+print(f"sluice adds {a50:.2f} ms at p50 (goal <= 5: {'met' if a50 <= 5 else 'NOT met'}), "
+      f"{a99:.2f} ms at p99 (goal <= 20: {'met' if a99 <= 20 else 'NOT met'}) to the time to first byte")
+print(f"sluice CPU per request: {c220:.0f} us at 220 KB prompts, {c100:.0f} us at 100k-token (400 KB) prompts")
+PY
+fi
+
+# ---- streaming: a 2,000-token stream relayed at full speed, admission on ----------------------------
+if [[ " $parts " == *" stream "* ]]; then
+  stream_req='{"model":"meta-llama/Llama-3.1-8B-Instruct","stream":true,"messages":[{"role":"user","content":"Count."}]}'
+  # Check: every token event arrives, usage stripped (the client did not ask for it).
+  got=$(curl -s -X POST -H 'Content-Type: application/json' -H 'Authorization: Bearer bench-key' -d "$stream_req" \
+        "http://127.0.0.1:$sluice_adm_port/v1/chat/completions" | grep -c '"delta"' || true)
+  [ "$got" = 2000 ] || { echo "bench-overhead: the stream relayed $got of 2000 token events:" >&2; curl -s -X POST -H "Content-Type: application/json" -H "Authorization: Bearer bench-key" -d "$stream_req" "http://127.0.0.1:$sluice_adm_port/v1/chat/completions" | head -c 600 >&2; exit 1; }
+  cat > "$tmp/stream.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer bench-key"
+wrk.body = '$stream_req'
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT n=%d errors=%d p50=%.1f\n", summary.requests,
+    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50)))
+end
+LUA
+  c0=$(cpu_us "$sluice_adm_pid")
+  out=$(run wrk -t1 -c4 -d"${duration}s" -s "$tmp/stream.lua" "http://127.0.0.1:$sluice_adm_port/v1/chat/completions")
+  c1=$(cpu_us "$sluice_adm_pid")
+  n=$(sed -n 's/^RESULT n=\([0-9]*\).*/\1/p' <<<"$out")
+  e=$(sed -n 's/^RESULT n=[0-9]* errors=\([0-9]*\).*/\1/p' <<<"$out")
+  p50=$(sed -n 's/.*p50=\([0-9.]*\)/\1/p' <<<"$out")
+  echo
+  echo "streaming: 2,000-token SSE streams relayed at full speed (nginx), admission on (a keyed tenant), 4 connections"
+  python3 - "$c0" "$c1" "$n" "$e" "$p50" <<'PY'
+import sys
+c0, c1, n, e, p50 = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+per_token = (c1 - c0) / max(1, n * 2000)
+print(f"{n} streams ({n * 2000} tokens, {e} errors), stream p50 {p50 / 1000:.2f} ms; "
+      f"gateway CPU {per_token:.3f} us per token (goal <= 2: {'met' if per_token <= 2 else 'NOT met'})")
+PY
+fi

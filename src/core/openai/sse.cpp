@@ -1,5 +1,7 @@
 #include "core/openai/sse.h"
 
+#include <cstring>
+
 namespace sluice {
 
 void SseParser::append(std::string_view bytes) {
@@ -32,8 +34,13 @@ bool SseParser::next(SseEvent& out) {
       }
     }
     // Find the end of the line starting at scan_.
-    size_t eol = scan_;
-    while (eol < n && buf_[eol] != '\n' && buf_[eol] != '\r') ++eol;
+    // (memchr for LF, then for a CR before it: vectorised, where a byte loop cost ~10
+    // instructions per byte of every relayed event.)
+    const char* base = buf_.data();
+    const void* lf = std::memchr(base + scan_, '\n', n - scan_);
+    const size_t lf_pos = lf ? static_cast<size_t>(static_cast<const char*>(lf) - base) : n;
+    const void* cr = std::memchr(base + scan_, '\r', lf_pos - scan_);
+    const size_t eol = cr ? static_cast<size_t>(static_cast<const char*>(cr) - base) : lf_pos;
     if (eol == n) break;  // incomplete line
     size_t after = eol + 1;
     if (buf_[eol] == '\r') {

@@ -13,6 +13,7 @@ namespace http = boost::beast::http;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr uint32_t kMaxResponseHead = 64u << 10;
+constexpr size_t kReadBuffer = 32u << 10;
 }  // namespace
 
 UpstreamExchange::UpstreamExchange(UpstreamLease lease, Downstream& down, const ExchangeDeadlines& deadlines)
@@ -37,6 +38,9 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   auto [wec, wn] = co_await asio::async_write(lease_.socket(), bufs, use_tuple);
   if (wec) co_return wec;
   buffer_.clear();
+  // Beast reads max(512, capacity - size) bytes at a time: give it room for whole relay chunks,
+  // or a fast stream arrives in ~1 KB reads (one parse, one client write each).
+  buffer_.reserve(kReadBuffer);
   for (int interim = 0;; ++interim) {
     parser_.emplace();
     parser_->header_limit(kMaxResponseHead);
