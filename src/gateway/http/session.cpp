@@ -9,7 +9,9 @@
 #include <boost/beast/http.hpp>
 
 #include "gateway/gateway.h"
+#include "gateway/http/body_budget.h"
 #include "gateway/http/http_util.h"
+#include "gateway/http/request_framing.h"
 #include "gateway/proxy.h"
 #include "gateway/server.h"
 
@@ -67,6 +69,14 @@ void Session::close_if_idle() {
     boost::system::error_code ignored;
     client_.cancel(ignored);
   }
+}
+
+bool Session::reap_if_idle() {
+  if (!idle_) return false;
+  idle_ = false;  // not picked twice while its read unwinds
+  boost::system::error_code ignored;
+  client_.cancel(ignored);
+  return true;
 }
 
 void Session::abort() {
@@ -169,9 +179,10 @@ asio::awaitable<void> Session::run() {
   bool linger = false;
   // (Built here: GCC 12 miscompiles initializer lists inside co_await expressions.)
   const ResponseHeaders allow_post{{"Allow", "POST"}}, allow_get{{"Allow", "GET"}};
+  const ResponseHeaders retry_soon{{"Retry-After", "1"}}, no_extra;
 
-  auto reply_error = [&](ApiError e, std::string_view reason) -> asio::awaitable<void> {
-    co_await write(error_response(e, false));
+  auto reply_error = [&](ApiError e, std::string_view reason, const ResponseHeaders& extra) -> asio::awaitable<void> {
+    co_await write(error_response(e, false, extra));
     RequestRecord r;
     r.id = new_request_id();
     r.status = e.status;
@@ -191,6 +202,7 @@ asio::awaitable<void> Session::run() {
     if (buffer_.size() == 0) {
       if (worker_.draining()) break;
       idle_ = true;
+      idle_since_ = std::chrono::steady_clock::now();
       watchdog_.arm(first ? limits.header_timeout : limits.idle_timeout, Phase::idle);
       auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);
       idle_ = false;
@@ -199,6 +211,7 @@ asio::awaitable<void> Session::run() {
     }
     first = false;
 
+    BodyCharge body_charge(body_budget());  // declared before the parser: released after its body is freed
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
@@ -206,24 +219,29 @@ asio::awaitable<void> Session::run() {
     auto [hec, hn] = co_await http::async_read_header(client_, buffer_, parser, use_tuple);
     if (hec) {
       if (watchdog_.expired() == Phase::header)
-        co_await reply_error(api_error(408, "Timed out reading the request headers.", "invalid_request_error", {}, "request_timeout"), "header_timeout");
+        co_await reply_error(api_error(408, "Timed out reading the request headers.", "invalid_request_error", {}, "request_timeout"), "header_timeout", no_extra);
       else if (hec == http::error::body_limit)  // Content-Length over the limit, seen with the headers
         co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                       "invalid_request_error", {}, "request_too_large"), "body_too_large");
+                                       "invalid_request_error", {}, "request_too_large"), "body_too_large", no_extra);
       else if (hec == http::error::header_limit)
-        co_await reply_error(api_error(431, "Request headers are too large.", "invalid_request_error", {}, "headers_too_large"), "headers_too_large");
+        co_await reply_error(api_error(431, "Request headers are too large.", "invalid_request_error", {}, "headers_too_large"), "headers_too_large", no_extra);
       else if (hec != http::error::end_of_stream && hec != asio::error::eof && hec != asio::error::connection_reset &&
                hec != asio::error::operation_aborted)
-        co_await reply_error(api_error(400, "Malformed HTTP request: " + hec.message() + "."), "bad_http");
+        co_await reply_error(api_error(400, "Malformed HTTP request: " + hec.message() + "."), "bad_http", no_extra);
       break;
     }
     ActiveRequest active(gw);
     auto& req = parser.get();
     bool keep_alive = req.keep_alive() && !worker_.draining();
+    if (auto framing = check_request_framing(req)) {  // smuggling-prone framing: refuse and close
+      co_await reply_error(api_error(framing->status, framing->message, "invalid_request_error", {}, "bad_request"),
+                           framing->reason, no_extra);
+      break;
+    }
 
     if (parser.content_length() && *parser.content_length() > limits.max_body_bytes) {
       co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                     "invalid_request_error", {}, "request_too_large"), "body_too_large");
+                                     "invalid_request_error", {}, "request_too_large"), "body_too_large", no_extra);
       break;
     }
     if (!parser.is_done()) {
@@ -231,16 +249,35 @@ asio::awaitable<void> Session::run() {
       if (expect.size() == 12 && boost::beast::iequals(expect, "100-continue"))
         co_await write("HTTP/1.1 100 Continue\r\n\r\n");
       watchdog_.arm(limits.header_timeout, Phase::body);
-      auto [bec, bn] = co_await http::async_read(client_, buffer_, parser, use_tuple);
+      // Read piece by piece, charging the gateway-wide body budget as the bytes arrive.
+      boost::system::error_code bec;
+      bool over_budget = false;
+      while (!parser.is_done()) {
+        auto [ec, n] = co_await http::async_read_some(client_, buffer_, parser, use_tuple);
+        if (ec) {
+          bec = ec;
+          break;
+        }
+        if (!body_charge.grow_to(req.body().size(), limits.max_buffered_body_bytes)) {
+          over_budget = true;
+          break;
+        }
+      }
+      if (over_budget) {
+        co_await reply_error(api_error(503, "The gateway is holding too many request bodies; retry later.", "server_error", {},
+                                       "too_many_buffered_bodies"),
+                             "body_budget", retry_soon);
+        break;
+      }
       if (bec) {
         if (watchdog_.expired() == Phase::body)
-          co_await reply_error(api_error(408, "Timed out reading the request body.", "invalid_request_error", {}, "request_timeout"), "body_timeout");
+          co_await reply_error(api_error(408, "Timed out reading the request body.", "invalid_request_error", {}, "request_timeout"), "body_timeout", no_extra);
         else if (bec == http::error::body_limit)
           co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                         "invalid_request_error", {}, "request_too_large"), "body_too_large");
+                                         "invalid_request_error", {}, "request_too_large"), "body_too_large", no_extra);
         else if (bec != http::error::end_of_stream && bec != asio::error::eof && bec != asio::error::connection_reset &&
                  bec != http::error::partial_message)
-          co_await reply_error(api_error(400, "Malformed HTTP request body: " + bec.message() + "."), "bad_http");
+          co_await reply_error(api_error(400, "Malformed HTTP request body: " + bec.message() + "."), "bad_http", no_extra);
         break;
       }
     }

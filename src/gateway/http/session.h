@@ -2,7 +2,9 @@
 //
 //   wait for bytes (idle_timeout; header_timeout for the first request)
 //   read headers  (header_timeout -> 408, > max_header_bytes -> 431, malformed -> 400)
-//   Content-Length > max_body_bytes -> 413; Expect: 100-continue answered; read body (-> 413 / 408)
+//   framing rules (request_framing.h: TE not ending in chunked, TE + CL, duplicate Host) -> 400, close
+//   Content-Length > max_body_bytes -> 413; Expect: 100-continue answered; read body (-> 413 / 408),
+//   charging the gateway-wide body budget as it arrives (body_budget.h; past it 503 + Retry-After)
 //   route: POST /v1/{chat/completions,completions,embeddings} -> proxy (proxy.h)
 //          GET /v1/models, /healthz, /readyz; wrong method 405; unknown path 404
 //   repeat while keep-alive and the gateway is not draining.
@@ -11,6 +13,7 @@
 // EOF means the client left) and closes the request's upstream connection at once.
 #pragma once
 #include <array>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -51,6 +54,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Drain: wake an idle connection so it closes.
   void close_if_idle();
+  // At the connection limit (server.cpp): an idle connection (waiting for its next request) is
+  // closed to make room; `idle_since` orders them, oldest first. False when not idle.
+  bool idle() const { return idle_; }
+  std::chrono::steady_clock::time_point idle_since() const { return idle_since_; }
+  bool reap_if_idle();
   // Shutdown after the drain: close both sides now.
   void abort();
 
@@ -71,6 +79,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Watchdog watchdog_;
   tcp::socket* upstream_ = nullptr;
   bool idle_ = true;
+  std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
   bool client_gone_ = false;
   std::string early_bytes_;  // bytes the watcher read while a request was in flight (pipelining)
   bool watching_ = false;
