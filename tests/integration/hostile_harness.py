@@ -134,11 +134,12 @@ def request_bytes(body, path="/v1/chat/completions", headers=""):
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
-def recv_all(s, timeout=3.0):
-    """Everything until EOF, a reset or `timeout` of silence; (bytes, closed)."""
+def recv_all(s, timeout=3.0, total=15.0):
+    """Everything until EOF, a reset, `timeout` of silence or `total` seconds; (bytes, closed)."""
     s.settimeout(timeout)
     out = b""
-    while True:
+    end = time.time() + total
+    while time.time() < end:
         try:
             data = s.recv(65536)
         except socket.timeout:
@@ -148,6 +149,7 @@ def recv_all(s, timeout=3.0):
         if not data:
             return out, True
         out += data
+    return out, False
 
 
 def count_responses(raw):

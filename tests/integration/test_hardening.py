@@ -395,7 +395,12 @@ class Upstream100Continue(unittest.TestCase):
                     raw = b""
                     s.settimeout(5)
                     while True:
-                        raw += s.recv(65536)
+                        try:
+                            data = s.recv(65536)
+                        except socket.timeout:
+                            self.fail(f"request {i}: no final response after the interim 100 (got {raw[:200]!r})")
+                        self.assertTrue(data, "connection closed")
+                        raw += data
                         head, _, body = raw.partition(b"\r\n\r\n")
                         if head.startswith(b"HTTP/1.1 100"):
                             raw = body  # an interim response relayed as such is fine
@@ -506,7 +511,7 @@ class HungReplica(unittest.TestCase):
             s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
             t0 = time.time()
             s.sendall(request_bytes(chat_body(stream=True)))
-            raw, closed = recv_all(s, timeout=6)
+            raw, closed = recv_all(s, timeout=6, total=8)
             s.close()
             took = time.time() - t0
             print(f"\n  comments-only stream ended after {took:.1f} s", file=sys.stderr)

@@ -51,6 +51,12 @@ std::optional<FramingError> check_request_framing(const http::request_header<>& 
       return bad("Request has an invalid Host header.", "bad_host");
   }
 
+  // Content-Length: one header, one value. Beast accepts a list of equal values ("5, 5", which
+  // RFC 9110 8.6 allows); a front proxy may not, so it is refused like any other ambiguity.
+  if (req.count(http::field::content_length) > 1 ||
+      (req.count(http::field::content_length) == 1 && req[http::field::content_length].find(',') != std::string_view::npos))
+    return bad("Request has more than one Content-Length.");
+
   if (req.count(http::field::transfer_encoding) == 0) return std::nullopt;
   // RFC 9112 6.1: TE in HTTP/1.0 means faulty framing; 6.3: TE with Content-Length is a smuggling
   // attempt (or a broken client) and must be treated as an error by a server that forwards.

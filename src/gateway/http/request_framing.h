@@ -6,6 +6,7 @@
 //   Transfer-Encoding whose final coding is not `chunked` (gzip, identity, xchunked, chunk,
 //     "chunked, identity"), `chunked` applied twice, or any TE in an HTTP/1.0 request  -> 400
 //   Transfer-Encoding and Content-Length together                                    -> 400
+//   Content-Length as a list ("5, 5") or repeated                                    -> 400
 //   a coding other than `chunked` before it ("gzip, chunked": not implemented)        -> 501
 //   more than one Host header, or a Host with a list                                  -> 400
 //

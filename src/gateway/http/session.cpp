@@ -21,6 +21,9 @@ namespace http = boost::beast::http;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxEarlyBytes = 64 << 10;
+// The connection's read buffer holds a header block, or unparsed bytes (a chunk-size line with its
+// extensions, pipelined requests): bounded, so a never-ending chunk extension is a 400, not memory.
+constexpr size_t kReadBufferSlack = 256 << 10;
 }  // namespace
 
 Session::Session(Worker& worker, tcp::socket socket)
@@ -177,6 +180,7 @@ asio::awaitable<void> Session::run() {
   const ServerLimits limits = gw.current()->config->limits;  // a connection keeps the limits it started with
   bool first = true;
   bool linger = false;
+  buffer_.max_size(limits.max_header_bytes + kReadBufferSlack);
   // (Built here: GCC 12 miscompiles initializer lists inside co_await expressions.)
   const ResponseHeaders allow_post{{"Allow", "POST"}}, allow_get{{"Allow", "GET"}};
   const ResponseHeaders retry_soon{{"Retry-After", "1"}}, no_extra;
@@ -194,6 +198,7 @@ asio::awaitable<void> Session::run() {
 
   for (;;) {
     if (!early_bytes_.empty()) {
+      if (buffer_.size() + early_bytes_.size() > buffer_.max_size()) break;  // a pipelining flood
       auto b = buffer_.prepare(early_bytes_.size());
       std::memcpy(b.data(), early_bytes_.data(), early_bytes_.size());
       buffer_.commit(early_bytes_.size());
