@@ -12,8 +12,9 @@
 // swapped in atomically; connections and requests in flight are not touched.
 //
 // Connection limit (limits.max_connections): at the limit the accepting worker first closes its
-// longest-idle connection (one waiting for its next request) to make room; only when it has none
-// is the new connection refused (503 too_many_connections, Retry-After: 1).
+// longest-idle keep-alive connection (one that served a request and waits for its next) to make
+// room; only when it has none is the new connection refused (503 too_many_connections,
+// Retry-After: 1). Connections that never sent a request end at header_timeout instead.
 //
 // Shutdown (SIGTERM / SIGINT): every worker closes its acceptor (new connections are refused) and
 // its idle keep-alive connections; requests in flight run to completion (their connections close

@@ -20,7 +20,8 @@ Cases fixed in the request lifecycle (main engineer's redesign); run them with e
   11 HalfClose                  a client's SHUT_WR does not abort a buffered request
   12 MidStreamFailure           a stream cut by the engine ends with a visible error event
 
-Run: python3 test_hardening.py --sluice path/to/sluice [TestClass]"""
+Run: python3 test_hardening.py --sluice path/to/sluice [TestClass]
+(SLUICE_SKIP_LIFECYCLE_CASES=1 skips the second group.)"""
 import argparse
 import concurrent.futures
 import json
@@ -36,6 +37,10 @@ from hostile_harness import (MODEL, DrainedGateway, FakeUpstream, HostileUpstrea
                              count_responses, healthy_request_works, post, recv_all, request_bytes, statuses)
 
 SLUICE = None
+
+# The cases the lifecycle redesign fixes (items 2, 3, 4, 10, 11 half-close, 12) fail until it lands;
+# SLUICE_SKIP_LIFECYCLE_CASES=1 skips them (e.g. to keep a branch's CI green before the merge).
+lifecycle = unittest.skipIf(os.environ.get("SLUICE_SKIP_LIFECYCLE_CASES") == "1", "waiting for the lifecycle redesign")
 
 
 def metric(text, name, **labels):
@@ -379,6 +384,7 @@ class ReloadFds(unittest.TestCase):
 
 # ================================================================ cases fixed in the lifecycle code
 
+@lifecycle
 class Upstream100Continue(unittest.TestCase):
     """2: the engine answers `100 Continue` and then its real 200."""
 
@@ -423,6 +429,7 @@ class Upstream100Continue(unittest.TestCase):
             up.stop()
 
 
+@lifecycle
 class InFlightCapWithoutTenants(unittest.TestCase):
     """3: max_in_flight_per_endpoint: 4, no tenants, 24 concurrent streams."""
 
@@ -453,6 +460,7 @@ class InFlightCapWithoutTenants(unittest.TestCase):
                 u.stop()
 
 
+@lifecycle
 class QueueFullBelowCapacity(unittest.TestCase):
     """4: 4 endpoints x 8 slots, queue of 20, idle fleet, bursts of 30 and 40 requests (32 slots + 20
     queue places: none may be refused)."""
@@ -473,13 +481,15 @@ admission: {{anonymous_tenant: everyone, queue: {{max_requests: 20, ttl_ms: 1000
                 data = request_bytes(chat_body(stream=True), headers="x-hostile-tokens: 5\r\nx-hostile-gap-ms: 40\r\nConnection: close\r\n")
                 for sock in socks:
                     sock.sendall(data)
-                codes = []
+                codes, reasons = [], set()
                 for sock in socks:
                     raw, _ = recv_all(sock, 10, 20)
                     sock.close()
                     codes.append(statuses(raw)[0] if statuses(raw) else None)
-                print(f"\n  burst of {n}: {codes.count(200)} ok, {codes.count(429)} 429s, others {[c for c in codes if c not in (200, 429)]}",
-                      file=sys.stderr)
+                    if codes[-1] == 429:
+                        reasons.add(json.loads(raw.split(b"\r\n\r\n", 1)[1])["error"]["code"])
+                print(f"\n  burst of {n}: {codes.count(200)} ok, {codes.count(429)} 429s {sorted(reasons)}, "
+                      f"others {[c for c in codes if c not in (200, 429)]}", file=sys.stderr)
                 self.assertEqual(codes.count(429), 0, "queue_full 429s while the fleet (32 slots + a queue of 20) had room")
                 self.assertEqual(codes.count(200), n)
                 time.sleep(0.5)
@@ -490,6 +500,7 @@ admission: {{anonymous_tenant: everyone, queue: {{max_requests: 20, ttl_ms: 1000
                 u.stop()
 
 
+@lifecycle
 class HungReplica(unittest.TestCase):
     """10: a replica that accepts and never answers (SIGSTOP), and one that streams only comments."""
 
@@ -530,6 +541,7 @@ class HungReplica(unittest.TestCase):
             up.stop()
 
 
+@lifecycle
 class HalfClose(WithFake):
     """11: a client that shuts down its sending side and still reads gets its (buffered) answer."""
 
@@ -543,6 +555,7 @@ class HalfClose(WithFake):
         self.assertIn(b"tok0", raw)
 
 
+@lifecycle
 class MidStreamFailure(unittest.TestCase):
     """12: the engine cuts a stream after two events. What the client gets (vLLM's shape): the
     events so far, then `data: {"error": {...}}` as the last data event, and the access log says

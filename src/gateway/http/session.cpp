@@ -75,7 +75,7 @@ void Session::close_if_idle() {
 }
 
 bool Session::reap_if_idle() {
-  if (!idle_) return false;
+  if (!idle()) return false;
   idle_ = false;  // not picked twice while its read unwinds
   boost::system::error_code ignored;
   client_.cancel(ignored);
@@ -207,6 +207,7 @@ asio::awaitable<void> Session::run() {
     if (buffer_.size() == 0) {
       if (worker_.draining()) break;
       idle_ = true;
+      keep_alive_idle_ = !first;
       idle_since_ = std::chrono::steady_clock::now();
       watchdog_.arm(first ? limits.header_timeout : limits.idle_timeout, Phase::idle);
       auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);

@@ -54,9 +54,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Drain: wake an idle connection so it closes.
   void close_if_idle();
-  // At the connection limit (server.cpp): an idle connection (waiting for its next request) is
-  // closed to make room; `idle_since` orders them, oldest first. False when not idle.
-  bool idle() const { return idle_; }
+  // At the connection limit (server.cpp): a keep-alive connection waiting for its next request is
+  // closed to make room; `idle_since` orders them, oldest first. A connection that has not sent a
+  // request yet is not idle in this sense (it ends at header_timeout).
+  bool idle() const { return idle_ && keep_alive_idle_; }
   std::chrono::steady_clock::time_point idle_since() const { return idle_since_; }
   bool reap_if_idle();
   // Shutdown after the drain: close both sides now.
@@ -79,6 +80,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Watchdog watchdog_;
   tcp::socket* upstream_ = nullptr;
   bool idle_ = true;
+  bool keep_alive_idle_ = false;  // idle_ after at least one request (reapable at the limit)
   std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
   bool client_gone_ = false;
   std::string early_bytes_;  // bytes the watcher read while a request was in flight (pipelining)
