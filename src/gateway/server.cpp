@@ -99,7 +99,8 @@ asio::awaitable<void> Worker::housekeeping() {
     // Upstream connections of a pool runtime no longer in the current generation (a reload
     // replaced or removed the pool) are closed when idle, not kept for their idle timeout.
     std::vector<uint64_t> live;
-    for (const auto& [name, pool] : gateway_.current()->pools) live.push_back(pool->id);
+    const auto generation = gateway_.current();  // held: a reload may swap it during the loop
+    for (const auto& [name, pool] : generation->pools) live.push_back(pool->id);
     upstream_.sweep(SteadyClock::now(), live);
     // After a spike of large request bodies, hand the freed heap back to the kernel.
     if (index_ == 0 && body_budget().trim_due(kTrimAfterBytes)) ::malloc_trim(0);
@@ -169,7 +170,8 @@ int Server::run() {
   admin_->start();
   add_health_metrics(gateway_->registry(), [gw = gateway_.get()] {
     std::vector<std::shared_ptr<PoolHealth>> out;
-    for (const auto& [name, pool] : gw->current()->pools) out.emplace_back(pool, &pool->health);
+    const auto generation = gw->current();  // held: `for (x : current()->pools)` would dangle across a reload
+    for (const auto& [name, pool] : generation->pools) out.emplace_back(pool, &pool->health);
     return out;
   });
   for (const auto& [name, pool] : gateway_->current()->pools) start_loops(pool);
