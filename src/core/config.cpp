@@ -266,12 +266,15 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   if (root["admin"]) cfg->admin = parse_address(root["admin"], "admin");
   if (root["workers"]) cfg->workers = static_cast<int>(get_int(root["workers"], "workers", 1, 256));
   if (const auto& l = root["limits"]) {
-    check_keys(l, "limits", {"max_body_bytes", "max_header_bytes", "header_timeout_ms", "idle_timeout_ms", "max_connections"});
+    check_keys(l, "limits", {"max_body_bytes", "max_header_bytes", "header_timeout_ms", "idle_timeout_ms", "max_connections",
+                              "max_buffered_body_bytes"});
     if (l["max_body_bytes"]) cfg->limits.max_body_bytes = get_int(l["max_body_bytes"], "limits.max_body_bytes", 1024, 1LL << 32);
     if (l["max_header_bytes"]) cfg->limits.max_header_bytes = get_int(l["max_header_bytes"], "limits.max_header_bytes", 512, 1 << 20);
     if (l["header_timeout_ms"]) cfg->limits.header_timeout = get_ms(l["header_timeout_ms"], "limits.header_timeout_ms");
     if (l["idle_timeout_ms"]) cfg->limits.idle_timeout = get_ms(l["idle_timeout_ms"], "limits.idle_timeout_ms");
     if (l["max_connections"]) cfg->limits.max_connections = get_int(l["max_connections"], "limits.max_connections", 1, 1000000);
+    if (l["max_buffered_body_bytes"])
+      cfg->limits.max_buffered_body_bytes = get_int(l["max_buffered_body_bytes"], "limits.max_buffered_body_bytes", 1024, 1LL << 40);
   }
   if (const auto& t = root["timeouts"]) {
     check_keys(t, "timeouts", {"connect_ms", "first_byte_ms", "idle_ms", "total_ms"});

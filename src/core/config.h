@@ -112,7 +112,11 @@ struct ServerLimits {
   size_t max_header_bytes = 16u << 10;
   Duration header_timeout = std::chrono::seconds(10);   // slow clients get 408
   Duration idle_timeout = std::chrono::seconds(60);     // keep-alive between requests
-  int max_connections = 10000;
+  int max_connections = 10000;             // at the limit idle keep-alive connections are closed first
+  // Request-body bytes buffered by all connections together (read, not yet finished with); past
+  // it a request gets 503 + Retry-After and its connection is closed. Bounds what unauthenticated
+  // clients holding unfinished bodies can make the gateway keep (10,000 x 8 MiB otherwise).
+  size_t max_buffered_body_bytes = 256u << 20;
 };
 
 struct Timeouts {

@@ -60,8 +60,8 @@ void append_header(std::string& out, std::string_view name, std::string_view val
 
 std::string tenant_of(const DownstreamRequest& req, const RequestModel& m) {
   auto h = req["x-gateway-inference-fairness-id"];
-  if (!h.empty()) return std::string(h.substr(0, 128));
-  if (!m.user.empty()) return m.user.substr(0, 128);
+  if (!h.empty()) return std::string(h);  // the access log truncates client-chosen values
+  if (!m.user.empty()) return m.user;
   return "-";
 }
 

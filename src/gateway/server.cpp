@@ -15,11 +15,15 @@
 #include "gateway/signals/health_checker.h"
 #include "gateway/signals/scraper.h"
 #include "gateway/http/session.h"
+#include "gateway/http/body_budget.h"
+
+#include <malloc.h>
 
 namespace sluice {
 
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr size_t kTrimAfterBytes = 16u << 20;  // malloc_trim once bodies this large were freed
 
 tcp::endpoint resolve_listen(const Address& a) {
   asio::io_context io;
@@ -61,11 +65,13 @@ asio::awaitable<void> Worker::accept_loop() {
       co_await pause.async_wait(use_tuple);
       continue;
     }
-    if (gateway_.connections.load(std::memory_order_relaxed) >= gateway_.current()->config->limits.max_connections) {
-      // Over the connection limit: a best-effort 503 without reading the request, then close.
+    if (gateway_.connections.load(std::memory_order_relaxed) >= gateway_.current()->config->limits.max_connections &&
+        !reap_oldest_idle()) {
+      // Over the connection limit and nothing idle on this worker to close: a best-effort 503
+      // without reading the request, then close.
       static const std::string busy = error_response(
           api_error(503, "The gateway is at its connection limit; retry later.", "server_error", {}, "too_many_connections"),
-          false);
+          false, ResponseHeaders{{"Retry-After", "1"}});
       boost::system::error_code ignored;
       socket.non_blocking(true, ignored);
       ::send(socket.native_handle(), busy.data(), busy.size(), MSG_NOSIGNAL);
@@ -77,12 +83,28 @@ asio::awaitable<void> Worker::accept_loop() {
   }
 }
 
+bool Worker::reap_oldest_idle() {
+  Session* oldest = nullptr;
+  for (auto* s : sessions_)
+    if (s->idle() && (!oldest || s->idle_since() < oldest->idle_since())) oldest = s;
+  // The reaped connection's coroutine unwinds on this thread's next turn; until then the count may
+  // exceed the limit by the connections reaped in this turn.
+  return oldest && oldest->reap_if_idle();
+}
+
 asio::awaitable<void> Worker::housekeeping() {
   while (!draining_) {
     housekeeping_timer_.expires_after(std::chrono::seconds(1));
     co_await housekeeping_timer_.async_wait(use_tuple);
-    upstream_.sweep(SteadyClock::now());
-    gateway_.current()->admission->poke();  // room that appeared without a request ending
+    // Upstream connections of a pool runtime no longer in the current generation (a reload
+    // replaced or removed the pool) are closed when idle, not kept for their idle timeout.
+    std::vector<uint64_t> live;
+    const auto generation = gateway_.current();  // held: a reload may swap it during the loop
+    for (const auto& [name, pool] : generation->pools) live.push_back(pool->id);
+    upstream_.sweep(SteadyClock::now(), live);
+    // After a spike of large request bodies, hand the freed heap back to the kernel.
+    if (index_ == 0 && body_budget().trim_due(kTrimAfterBytes)) ::malloc_trim(0);
+    generation->admission->poke();  // room that appeared without a request ending
   }
 }
 
@@ -144,7 +166,8 @@ int Server::run() {
   admin_->start();
   add_health_metrics(gateway_->registry(), [gw = gateway_.get()] {
     std::vector<std::shared_ptr<PoolHealth>> out;
-    for (const auto& [name, pool] : gw->current()->pools) out.emplace_back(pool, &pool->health);
+    const auto generation = gw->current();  // held: `for (x : current()->pools)` would dangle across a reload
+    for (const auto& [name, pool] : generation->pools) out.emplace_back(pool, &pool->health);
     return out;
   });
   for (const auto& [name, pool] : gateway_->current()->pools) start_loops(pool);

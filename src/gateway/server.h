@@ -14,6 +14,11 @@
 // Reload (SIGHUP): the config file is re-read into a new generation (generation.h, reload.h) and
 // swapped in atomically; connections and requests in flight are not touched.
 //
+// Connection limit (limits.max_connections): at the limit the accepting worker first closes its
+// longest-idle keep-alive connection (one that served a request and waits for its next) to make
+// room; only when it has none is the new connection refused (503 too_many_connections,
+// Retry-After: 1). Connections that never sent a request end at header_timeout instead.
+//
 // Shutdown (SIGTERM / SIGINT): every worker closes its acceptor (new connections are refused) and
 // its idle keep-alive connections; requests in flight run to completion (their connections close
 // afterwards) until none is left or drain_timeout passes; then the process exits 0. A second
@@ -57,6 +62,8 @@ class Worker {
  private:
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> housekeeping();
+  // At max_connections: closes this worker's longest-idle keep-alive connection; false if none.
+  bool reap_oldest_idle();
 
   Gateway& gateway_;
   int index_;

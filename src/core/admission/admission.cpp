@@ -37,6 +37,8 @@ AdmissionResult Admission::admit(const Tenant& tenant, const AdmissionRequest& r
   AdmissionResult out;
   SlotResult slot = limiter_.try_acquire(tenant, rng);
   if (!slot.ok()) {
+    // Like every other 429: the client sees where it stands on its buckets (x-ratelimit-*).
+    out.rate_limit_headers = budget_.status(tenant, req.model, now).headers();
     out.denial = std::move(slot.denial);
     return out;
   }

@@ -22,6 +22,15 @@ std::string_view to_string(ApiKind k) {
   return "unknown";
 }
 
+std::string truncate_echo(std::string_view s, size_t max) {
+  if (s.size() <= max) return std::string(s);
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  std::string out(s.substr(0, cut));
+  out += "...";
+  return out;
+}
+
 int64_t estimate_tokens(std::string_view text) {
   return std::max<int64_t>(1, static_cast<int64_t>((text.size() + 3) / 4));
 }
@@ -284,11 +293,14 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
     if (field.unescaped_key().get(key)) return fail("We could not parse the JSON body of your request.");
     od::value v;
     if (field.value().get(v)) return fail("We could not parse the JSON body of your request.");
-    const std::string param(key);
+    const std::string param = truncate_echo(key);
 
     if (key == "model") {
+      if (have_model) return fail("'model' is given more than once.", param);
       std::string_view raw = trim_right(v.raw_json_token()), s;
       if (v.get_string().get(s)) return fail("'model' must be a string.", param);
+      if (s.size() > limits.max_model_bytes)
+        return fail(fmt::format("'model' is longer than the limit of {} bytes.", limits.max_model_bytes), param);
       req.model.assign(s);
       req.model_value_offset = static_cast<size_t>(raw.data() - buffer.data());
       req.model_value_length = raw.size();
@@ -359,7 +371,7 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       if (v.get_string().get(s)) return fail("'cache_salt' must be a string.", param);
       req.cache_salt.assign(s);
     } else if (consume_value(v)) {
-      return fail(fmt::format("We could not parse the JSON body of your request (the value of '{}' is malformed).", key));
+      return fail(fmt::format("We could not parse the JSON body of your request (the value of '{}' is malformed).", truncate_echo(key)));
     }
   }
 

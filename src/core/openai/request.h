@@ -19,7 +19,12 @@ std::string_view to_string(ApiKind k);
 struct ParseLimits {
   size_t max_depth = 64;          // deeper JSON nesting is refused
   size_t max_messages = 100000;
+  size_t max_model_bytes = 256;   // a longer model name is refused (it is echoed and logged)
 };
+
+// At most `max` bytes of `s`, cut at a UTF-8 character boundary, with "..." appended when cut:
+// for client-chosen values echoed in error messages and logs (no amplification).
+std::string truncate_echo(std::string_view s, size_t max = 128);
 
 struct RequestModel {
   ApiKind kind = ApiKind::chat;
@@ -56,8 +61,9 @@ struct ParseResult {
   bool ok() const { return request.has_value(); }
 };
 
-// Parses `body`. Never throws. Invalid JSON, wrong types, missing model, invalid UTF-8, too-deep
-// nesting and empty prompts give a 400 with a message naming the offending field.
+// Parses `body`. Never throws. Invalid JSON, wrong types, missing model, a model name longer than
+// max_model_bytes, a duplicate top-level "model" key (the engine might read the other one),
+// invalid UTF-8, too-deep nesting and empty prompts give a 400 with a message naming the field.
 ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits& limits = {});
 
 // Estimated input tokens from characters (~4 characters per token, at least 1).

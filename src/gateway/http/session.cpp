@@ -9,7 +9,9 @@
 #include <boost/beast/http.hpp>
 
 #include "gateway/gateway.h"
+#include "gateway/http/body_budget.h"
 #include "gateway/http/http_util.h"
+#include "gateway/http/request_framing.h"
 #include "gateway/proxy.h"
 #include "gateway/server.h"
 
@@ -19,6 +21,10 @@ namespace http = boost::beast::http;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxEarlyBytes = 64 << 10;
+constexpr auto kHalfCloseWindow = std::chrono::milliseconds(50);  // a FIN this soon after the request: SHUT_WR
+// The connection's read buffer holds a header block, or unparsed bytes (a chunk-size line with its
+// extensions, pipelined requests): bounded, so a never-ending chunk extension is a 400, not memory.
+constexpr size_t kReadBufferSlack = 256 << 10;
 }  // namespace
 
 Session::Session(Worker& worker, tcp::socket socket)
@@ -68,6 +74,14 @@ void Session::close_if_idle() {
   }
 }
 
+bool Session::reap_if_idle() {
+  if (!idle()) return false;
+  idle_ = false;  // not picked twice while its read unwinds
+  boost::system::error_code ignored;
+  client_.cancel(ignored);
+  return true;
+}
+
 void Session::abort() {
   boost::system::error_code ignored;
   client_gone_ = true;
@@ -85,7 +99,7 @@ asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std
 
 void Session::start_watch() {
   watching_ = true;
-  if (watch_pending_ || !client_.is_open()) return;
+  if (watch_pending_ || half_closed_ || !client_.is_open()) return;
   watch_pending_ = true;
   client_.async_read_some(asio::buffer(watch_buf_),
                           [self = shared_from_this()](boost::system::error_code ec, size_t n) { self->on_watch(ec, n); });
@@ -99,6 +113,13 @@ void Session::on_watch(boost::system::error_code ec, size_t n) {
       start_watch();
       return;
     }
+  } else if (ec == asio::error::eof && !half_closed_ && SteadyClock::now() - request_read_at_ < kHalfCloseWindow) {
+    // A FIN right behind the request (SHUT_WR after sending, as `nc -N` and some HTTP/1.0
+    // clients do) is a half-close: the client still reads, so its request is served. A FIN that
+    // comes later is a client that left; reading cannot tell the two apart (the socket is in
+    // CLOSE_WAIT either way), so the time decides. If the client had in fact gone, the first write
+    // fails and the request ends then.
+    half_closed_ = true;
   } else if (ec != asio::error::operation_aborted) {
     client_gone_ = true;  // EOF or reset: the client left
     if (watching_) cancel_.emit(asio::cancellation_type::terminal);  // the engine sees the abort at once
@@ -165,11 +186,13 @@ asio::awaitable<void> Session::run() {
   const ServerLimits limits = gw.current()->config->limits;  // a connection keeps the limits it started with
   bool first = true;
   bool linger = false;
+  buffer_.max_size(limits.max_header_bytes + kReadBufferSlack);
   // (Built here: GCC 12 miscompiles initializer lists inside co_await expressions.)
   const ResponseHeaders allow_post{{"Allow", "POST"}}, allow_get{{"Allow", "GET"}};
+  const ResponseHeaders retry_soon{{"Retry-After", "1"}}, no_extra;
 
-  auto reply_error = [&](ApiError e, Reason reason) -> asio::awaitable<void> {
-    co_await write(error_response(e, false));
+  auto reply_error = [&](ApiError e, Reason reason, const ResponseHeaders& extra) -> asio::awaitable<void> {
+    co_await write(error_response(e, false, extra));
     RequestRecord r;
     r.id = new_request_id();
     r.status = e.status;
@@ -181,6 +204,7 @@ asio::awaitable<void> Session::run() {
 
   for (;;) {
     if (!early_bytes_.empty()) {
+      if (buffer_.size() + early_bytes_.size() > buffer_.max_size()) break;  // a pipelining flood
       auto b = buffer_.prepare(early_bytes_.size());
       std::memcpy(b.data(), early_bytes_.data(), early_bytes_.size());
       buffer_.commit(early_bytes_.size());
@@ -189,6 +213,8 @@ asio::awaitable<void> Session::run() {
     if (buffer_.size() == 0) {
       if (worker_.draining()) break;
       idle_ = true;
+      keep_alive_idle_ = !first;
+      idle_since_ = std::chrono::steady_clock::now();
       watchdog_.arm(first ? limits.header_timeout : limits.idle_timeout, Phase::idle);
       auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);
       idle_ = false;
@@ -197,6 +223,7 @@ asio::awaitable<void> Session::run() {
     }
     first = false;
 
+    BodyCharge body_charge(body_budget());  // declared before the parser: released after its body is freed
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
@@ -204,25 +231,30 @@ asio::awaitable<void> Session::run() {
     auto [hec, hn] = co_await http::async_read_header(client_, buffer_, parser, use_tuple);
     if (hec) {
       if (watchdog_.expired() == Phase::header)
-        co_await reply_error(api_error(408, "Timed out reading the request headers.", "invalid_request_error", {}, "request_timeout"), Reason::header_timeout);
+        co_await reply_error(api_error(408, "Timed out reading the request headers.", "invalid_request_error", {}, "request_timeout"), Reason::header_timeout, no_extra);
       else if (hec == http::error::body_limit)  // Content-Length over the limit, seen with the headers
         co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                       "invalid_request_error", {}, "request_too_large"), Reason::body_too_large);
+                                       "invalid_request_error", {}, "request_too_large"), Reason::body_too_large, no_extra);
       else if (hec == http::error::header_limit)
-        co_await reply_error(api_error(431, "Request headers are too large.", "invalid_request_error", {}, "headers_too_large"), Reason::headers_too_large);
+        co_await reply_error(api_error(431, "Request headers are too large.", "invalid_request_error", {}, "headers_too_large"), Reason::headers_too_large, no_extra);
       else if (hec != http::error::end_of_stream && hec != asio::error::eof && hec != asio::error::connection_reset &&
                hec != asio::error::operation_aborted)
-        co_await reply_error(api_error(400, "Malformed HTTP request: " + hec.message() + "."), Reason::bad_http);
+        co_await reply_error(api_error(400, "Malformed HTTP request: " + hec.message() + "."), Reason::bad_http, no_extra);
       break;
     }
     ActiveRequest active(gw);
     const auto head_done = SteadyClock::now();
     auto& req = parser.get();
     bool keep_alive = req.keep_alive() && !worker_.draining();
+    if (auto framing = check_request_framing(req)) {  // smuggling-prone framing: refuse and close
+      co_await reply_error(api_error(framing->status, framing->message, "invalid_request_error", {}, "bad_request"),
+                           framing->reason, no_extra);
+      break;
+    }
 
     if (parser.content_length() && *parser.content_length() > limits.max_body_bytes) {
       co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                     "invalid_request_error", {}, "request_too_large"), Reason::body_too_large);
+                                     "invalid_request_error", {}, "request_too_large"), Reason::body_too_large, no_extra);
       break;
     }
     if (!parser.is_done()) {
@@ -230,21 +262,41 @@ asio::awaitable<void> Session::run() {
       if (expect.size() == 12 && boost::beast::iequals(expect, "100-continue"))
         co_await write("HTTP/1.1 100 Continue\r\n\r\n");
       watchdog_.arm(limits.header_timeout, Phase::body);
-      auto [bec, bn] = co_await http::async_read(client_, buffer_, parser, use_tuple);
+      // Read piece by piece, charging the gateway-wide body budget as the bytes arrive.
+      boost::system::error_code bec;
+      bool over_budget = false;
+      while (!parser.is_done()) {
+        auto [ec, n] = co_await http::async_read_some(client_, buffer_, parser, use_tuple);
+        if (ec) {
+          bec = ec;
+          break;
+        }
+        if (!body_charge.grow_to(req.body().size(), limits.max_buffered_body_bytes)) {
+          over_budget = true;
+          break;
+        }
+      }
+      if (over_budget) {
+        co_await reply_error(api_error(503, "The gateway is holding too many request bodies; retry later.", "server_error", {},
+                                       "too_many_buffered_bodies"),
+                             Reason::buffer_full, retry_soon);
+        break;
+      }
       if (bec) {
         if (watchdog_.expired() == Phase::body)
-          co_await reply_error(api_error(408, "Timed out reading the request body.", "invalid_request_error", {}, "request_timeout"), Reason::body_timeout);
+          co_await reply_error(api_error(408, "Timed out reading the request body.", "invalid_request_error", {}, "request_timeout"), Reason::body_timeout, no_extra);
         else if (bec == http::error::body_limit)
           co_await reply_error(api_error(413, fmt::format("Request body is larger than the limit of {} bytes.", limits.max_body_bytes),
-                                         "invalid_request_error", {}, "request_too_large"), Reason::body_too_large);
+                                         "invalid_request_error", {}, "request_too_large"), Reason::body_too_large, no_extra);
         else if (bec != http::error::end_of_stream && bec != asio::error::eof && bec != asio::error::connection_reset &&
                  bec != http::error::partial_message)
-          co_await reply_error(api_error(400, "Malformed HTTP request body: " + bec.message() + "."), Reason::bad_http);
+          co_await reply_error(api_error(400, "Malformed HTTP request body: " + bec.message() + "."), Reason::bad_http, no_extra);
         break;
       }
     }
     watchdog_.disarm();
-    const Duration body_read = SteadyClock::now() - head_done;
+    request_read_at_ = SteadyClock::now();
+    const Duration body_read = request_read_at_ - head_done;
 
     // ---- route ----
     const std::string_view path = path_of(req.target());

@@ -2,7 +2,9 @@
 //
 //   wait for bytes (idle_timeout; header_timeout for the first request)
 //   read headers  (header_timeout -> 408, > max_header_bytes -> 431, malformed -> 400)
-//   Content-Length > max_body_bytes -> 413; Expect: 100-continue answered; read body (-> 413 / 408)
+//   framing rules (request_framing.h: TE not ending in chunked, TE + CL, duplicate Host) -> 400, close
+//   Content-Length > max_body_bytes -> 413; Expect: 100-continue answered; read body (-> 413 / 408),
+//   charging the gateway-wide body budget as it arrives (body_budget.h; past it 503 + Retry-After)
 //   route: POST /v1/{chat/completions,completions,embeddings} -> proxy (proxy.h)
 //          GET /v1/models, /healthz, /readyz; wrong method 405; unknown path 404
 //   repeat while keep-alive and the gateway is not draining.
@@ -12,6 +14,7 @@
 // closes the request's upstream connection at once. The request sees only the Downstream interface.
 #pragma once
 #include <array>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -39,7 +42,6 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
 
   Gateway& gateway();
   UpstreamPool& upstream_pool();
-  bool idle() const { return idle_; }
 
   // ---- Downstream: what the request may use ----
   asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {}) override;
@@ -52,6 +54,12 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
 
   // Drain: wake an idle connection so it closes.
   void close_if_idle();
+  // At the connection limit (server.cpp): a keep-alive connection waiting for its next request is
+  // closed to make room; `idle_since` orders them, oldest first. A connection that has not sent a
+  // request yet is not idle in this sense (it ends at header_timeout).
+  bool idle() const { return idle_ && keep_alive_idle_; }
+  std::chrono::steady_clock::time_point idle_since() const { return idle_since_; }
+  bool reap_if_idle();
   // Shutdown after the drain: close both sides now.
   void abort();
 
@@ -72,7 +80,11 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   Watchdog watchdog_;
   asio::cancellation_signal cancel_;  // emitted when the client leaves or a request deadline passes
   bool idle_ = true;
+  bool keep_alive_idle_ = false;  // idle_ after at least one request (reapable at the limit)
+  std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
   bool client_gone_ = false;
+  bool half_closed_ = false;  // the client shut its sending side right after a request (still reads)
+  SteadyClock::time_point request_read_at_{};
   std::string early_bytes_;  // bytes the watcher read while a request was in flight (pipelining)
   bool watching_ = false;
   bool watch_pending_ = false;

@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -144,11 +146,13 @@ asio::awaitable<AcquireResult> UpstreamPool::connect(Slot& slot, SteadyClock::ti
   co_return r;
 }
 
-void UpstreamPool::sweep(SteadyClock::time_point now) {
+void UpstreamPool::sweep(SteadyClock::time_point now, const std::vector<uint64_t>& live) {
   for (auto it = slots_.begin(); it != slots_.end();) {
     bool unused = true;
+    const bool retired = std::find(live.begin(), live.end(), it->first) == live.end();
     for (auto& s : it->second) {
-      while (!s->idle.empty() && now - s->idle.front().since >= s->idle_timeout) {
+      if (retired) s->closing = true;
+      while (!s->idle.empty() && (retired || now - s->idle.front().since >= s->idle_timeout)) {
         boost::system::error_code ignored;
         s->idle.front().socket->close(ignored);
         s->idle.pop_front();

@@ -88,8 +88,10 @@ class UpstreamPool {
   UpstreamPool(asio::any_io_executor executor, int workers);
   // `endpoint` indexes the pool's endpoints.
   asio::awaitable<AcquireResult> acquire(const PoolRuntime& pool, size_t endpoint, SteadyClock::time_point deadline);
-  // Closes idle connections past their idle timeout (called periodically by the worker).
-  void sweep(SteadyClock::time_point now);
+  // Closes idle connections past their idle timeout (called periodically by the worker), and every
+  // idle connection of a runtime not in `live` (retired by a reload: its rows stop keeping
+  // connections, so leases still out close when they come back).
+  void sweep(SteadyClock::time_point now, const std::vector<uint64_t>& live);
   // Drain: close every idle connection and stop keeping new ones.
   void close_idle();
 

@@ -4,6 +4,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include "core/json_escape.h"
+#include "core/openai/request.h"
 
 namespace sluice {
 
@@ -19,11 +20,16 @@ std::string_view to_string(Outcome o) {
 }
 
 namespace {
+// Client-chosen values (model, tenant, path, id) are cut to this many bytes in a log line, so one
+// request cannot write megabytes of log (truncate_echo marks the cut with "...").
+constexpr size_t kMaxLoggedValue = 256;
+
 void field(std::string& out, std::string_view key, std::string_view value) {
   out += ",\"";
   out += key;
   out += "\":";
-  append_json_string(out, value);
+  if (value.size() > kMaxLoggedValue) append_json_string(out, truncate_echo(value, kMaxLoggedValue));
+  else append_json_string(out, value);
 }
 void field(std::string& out, std::string_view key, int64_t value) {
   out += fmt::format(",\"{}\":{}", key, value);
@@ -37,7 +43,7 @@ void optional_tokens(std::string& out, std::string_view key, int64_t value) {
 std::string access_log_line(const RequestRecord& r) {
   std::string out = "{\"id\":";
   out.reserve(384);
-  append_json_string(out, r.id);
+  append_json_string(out, r.id.size() > kMaxLoggedValue ? truncate_echo(r.id, kMaxLoggedValue) : r.id);
   field(out, "tenant", r.tenant);
   field(out, "model", r.model);
   field(out, "pool", r.pool);

@@ -13,7 +13,8 @@ enum class Reason : uint8_t {
   none,  // served (ok), or an upstream status passed on without a gateway reason
   // the request itself
   bad_http, header_timeout, body_timeout, body_too_large, headers_too_large, bad_request, not_found,
-  method_not_allowed, unknown_model, wrong_api, too_many_connections, buffer_full,
+  method_not_allowed, unknown_model, wrong_api, too_many_connections, buffer_full, bad_framing, bad_host,
+  unsupported_transfer_coding,
   // admission (core/admission/outcome.h)
   unauthorized, rate_limit, too_large, queue_full, queue_timeout, shed,
   // routing and the upstream exchange
@@ -37,7 +38,10 @@ constexpr std::string_view to_string(Reason r) {
     case Reason::unknown_model: return "unknown_model";
     case Reason::wrong_api: return "wrong_api";
     case Reason::too_many_connections: return "too_many_connections";
-    case Reason::buffer_full: return "buffer_full";
+    case Reason::buffer_full: return "body_budget";
+    case Reason::bad_framing: return "bad_framing";
+    case Reason::bad_host: return "bad_host";
+    case Reason::unsupported_transfer_coding: return "unsupported_transfer_coding";
     case Reason::unauthorized: return "unauthorized";
     case Reason::rate_limit: return "rate_limit";
     case Reason::too_large: return "too_large";

@@ -138,5 +138,21 @@ TEST_F(AdmissionTest, ExpiredRequestGets503AndItsHolderReleases) {
   EXPECT_EQ(adm.counters().snapshot().cancelled_queued, 0u);  // it had expired, not cancelled
 }
 
+// Issue 14 item 5: a max_concurrent refusal is a 429 like the others, with x-ratelimit-*.
+TEST_F(AdmissionTest, MaxConcurrentRefusalCarriesRateLimitHeaders) {
+  Admission adm(registry(), AdmissionConfig{});
+  const Tenant& t = *adm.authenticate("Bearer sk-acme").tenant;
+  AdmissionResult a = adm.admit(t, {"m", 10, 10, std::nullopt, 100, 1}, false, Time{0}, rng);
+  AdmissionResult b = adm.admit(t, {"m", 10, 10, std::nullopt, 100, 2}, false, Time{0}, rng);
+  ASSERT_TRUE(a.ok() && b.ok());
+  AdmissionResult c = adm.admit(t, {"m", 10, 10, std::nullopt, 100, 3}, false, Time{0}, rng);
+  ASSERT_FALSE(c.ok());
+  ASSERT_TRUE(c.denial);
+  EXPECT_EQ(c.denial->error.status, 429);
+  EXPECT_EQ(header(c.rate_limit_headers, "x-ratelimit-limit-requests"), "100");
+  EXPECT_EQ(header(c.rate_limit_headers, "x-ratelimit-remaining-requests"), "98");
+  EXPECT_NE(header(c.rate_limit_headers, "x-ratelimit-reset-tokens"), "<absent>");
+}
+
 }  // namespace
 }  // namespace sluice

@@ -158,5 +158,37 @@ TEST(RequestParse, MalformedUnknownMemberIsRefused) {
   EXPECT_FALSE(parse_request(ApiKind::completion, R"({"model":"m","prompt":"x","extra":[nul]})").ok());
 }
 
+// Issue 14 items 8 and 11: the model name is capped, a duplicate top-level model key refused
+// (the engine may read the other one), echoed keys truncated.
+TEST(RequestParse, ModelNameCappedAndNotDuplicated) {
+  auto body = [](std::string model) { return R"({"model":")" + model + R"(","messages":[{"role":"user","content":"x"}]})"; };
+  EXPECT_TRUE(parse_request(ApiKind::chat, body(std::string(256, 'm'))).ok());
+  auto r = parse_request(ApiKind::chat, body(std::string(257, 'm')));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error.param, "model");
+  EXPECT_LT(r.error.message.size(), 100u);
+  for (std::string dup : {R"({"model":"a","model":"b","messages":[{"role":"user","content":"x"}]})",
+                          R"({"model":"a","messages":[{"role":"user","content":"x"}],"model":"a"})",
+                          R"({"model":"a","mod\u0065l":"b","messages":[{"role":"user","content":"x"}]})"}) {
+    auto d = parse_request(ApiKind::chat, dup);
+    ASSERT_FALSE(d.ok()) << dup;
+    EXPECT_EQ(d.error.param, "model");
+  }
+  // A "model" inside a message is not a top-level duplicate.
+  EXPECT_TRUE(parse_request(ApiKind::chat, R"({"model":"a","messages":[{"role":"user","content":"x","model":"b"}]})").ok());
+  const std::string key(100000, 'k');
+  auto k = parse_request(ApiKind::chat, R"({"model":"a","messages":[{"role":"user","content":"x"}],")" + key + R"(":[1,}})");
+  ASSERT_FALSE(k.ok());
+  EXPECT_LT(k.error.message.size() + k.error.param.size(), 400u);
+}
+
+TEST(RequestParse, TruncateEchoCutsAtCharacterBoundary) {
+  EXPECT_EQ(truncate_echo("short", 10), "short");
+  EXPECT_EQ(truncate_echo("abcdef", 3), "abc...");
+  // "é" is two bytes (C3 A9): a cut inside it backs off to before it.
+  EXPECT_EQ(truncate_echo("ab\xC3\xA9" "cd", 3), "ab...");
+  EXPECT_EQ(truncate_echo("ab\xC3\xA9" "cd", 4), "ab\xC3\xA9" "...");
+}
+
 }  // namespace
 }  // namespace sluice
