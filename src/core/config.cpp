@@ -3,6 +3,7 @@
 #include "core/config.h"
 
 #include "core/admission/admission_config.h"
+#include "core/config_yaml.h"
 #include "core/picker/policy_factory.h"
 
 #include <fmt/format.h>
@@ -38,42 +39,7 @@ const ModelRoute* Config::find_model(std::string_view name) const {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& msg) {
-  throw ConfigError(path + ": " + msg);
-}
-
-void check_keys(const YAML::Node& node, const std::string& path, std::initializer_list<const char*> allowed) {
-  if (!node.IsMap()) fail(path, "expected a mapping");
-  std::set<std::string> ok(allowed.begin(), allowed.end());
-  for (const auto& kv : node) {
-    if (!kv.first.IsScalar()) fail(path, "keys must be plain strings");
-    auto key = kv.first.as<std::string>();
-    if (!ok.count(key)) {
-      std::string list;
-      for (const auto& a : ok) list += (list.empty() ? "" : ", ") + a;
-      fail(path.empty() ? key : path + "." + key, "unknown key (allowed: " + list + ")");
-    }
-  }
-}
-
-template <typename T>
-T get(const YAML::Node& node, const std::string& path, const char* what) {
-  try {
-    return node.as<T>();
-  } catch (const YAML::Exception&) {
-    fail(path, std::string("expected ") + what);
-  }
-}
-
-int64_t get_int(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
-  auto v = get<int64_t>(n, path, "an integer");
-  if (v < lo || v > hi) fail(path, fmt::format("must be between {} and {}, got {}", lo, hi, v));
-  return v;
-}
-
-Duration get_ms(const YAML::Node& n, const std::string& path, int64_t lo = 1, int64_t hi = 86'400'000) {
-  return std::chrono::milliseconds(get_int(n, path, lo, hi));
-}
+using namespace config_yaml;
 
 Address parse_address(const YAML::Node& n, const std::string& path) {
   auto s = get<std::string>(n, path, "host:port");

@@ -10,16 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "core/config_error.h"
 #include "core/health/outlier_detector.h"
 #include "core/time.h"
 
 namespace sluice {
 
 struct AdmissionSpec;  // core/admission/admission_config.h
-
-struct ConfigError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 enum class EngineKind { vllm, sglang, trtllm };
 std::string_view to_string(EngineKind k);
