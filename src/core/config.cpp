@@ -5,6 +5,7 @@
 #include "core/admission/admission_config.h"
 #include "core/config_yaml.h"
 #include "core/picker/policy_factory.h"
+#include "core/url.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -42,22 +43,11 @@ namespace {
 using namespace config_yaml;
 
 Address parse_address(const YAML::Node& n, const std::string& path) {
-  auto s = get<std::string>(n, path, "host:port");
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) fail(path, "expected host:port, got '" + s + "'");
-  Address a;
-  a.host = s.substr(0, colon);
-  int port = 0;
-  try {
-    size_t used = 0;
-    port = std::stoi(s.substr(colon + 1), &used);
-    if (used != s.size() - colon - 1) throw std::invalid_argument("port");
-  } catch (const std::exception&) {
-    fail(path, "expected host:port with a numeric port, got '" + s + "'");
-  }
-  if (port < 0 || port > 65535) fail(path, fmt::format("port must be 0..65535, got {}", port));
-  a.port = static_cast<uint16_t>(port);
-  return a;
+  const auto s = get<std::string>(n, path, "host:port");
+  std::string error;
+  auto hp = parse_host_port(s, error);
+  if (!hp) fail(path, error);
+  return Address{std::move(hp->host), hp->port};
 }
 
 EngineKind parse_engine(const YAML::Node& n, const std::string& path) {
@@ -80,7 +70,11 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
     if (n["name"]) e.name = get<std::string>(n["name"], path + ".name", "a string");
     if (n["engine"]) e.engine = parse_engine(n["engine"], path + ".engine");
     if (n["metrics_path"]) e.metrics_path = get<std::string>(n["metrics_path"], path + ".metrics_path", "a path");
-    if (n["duty_cycle_url"]) e.duty_cycle_url = get<std::string>(n["duty_cycle_url"], path + ".duty_cycle_url", "a URL");
+    if (n["duty_cycle_url"]) {
+      e.duty_cycle_url = get<std::string>(n["duty_cycle_url"], path + ".duty_cycle_url", "a URL");
+      std::string error;
+      if (!parse_http_url(e.duty_cycle_url, error)) fail(path + ".duty_cycle_url", error);
+    }
   }
   if (e.name.empty()) e.name = e.address.str();
   if (e.address.port == 0) fail(path, "endpoint port must not be 0");

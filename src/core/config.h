@@ -13,6 +13,7 @@
 #include "core/config_error.h"
 #include "core/health/outlier_detector.h"
 #include "core/time.h"
+#include "core/url.h"
 
 namespace sluice {
 
@@ -26,7 +27,7 @@ enum class PoolKind { chat, embedding };
 struct Address {
   std::string host;
   uint16_t port = 0;
-  std::string str() const { return host + ":" + std::to_string(port); }
+  std::string str() const { return format_host_port(host, port); }  // IPv6 in brackets
 };
 
 struct EndpointConfig {
