@@ -61,7 +61,7 @@ PrefixCounters read_counters(const std::vector<std::string>& urls) {
 }
 
 int run(const Flags& f) {
-  auto target = bench::parse_http_url(f.url);
+  auto target = bench::http_target(f.url);
   if (auto* e = std::get_if<std::string>(&target)) {
     fmt::print(stderr, "bench: --url: {}\n", *e);
     return 2;

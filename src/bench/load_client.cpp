@@ -8,6 +8,7 @@
 #include <simdjson.h>
 
 #include "core/openai/sse.h"
+#include "core/url.h"
 
 namespace sluice::bench {
 namespace asio = boost::asio;
@@ -17,29 +18,12 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 
-std::variant<HttpTarget, std::string> parse_http_url(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0) return "URL must start with http:// (got '" + url + "')";
-  std::string rest = url.substr(scheme.size());
-  HttpTarget t;
-  const auto slash = rest.find('/');
-  if (slash != std::string::npos) {
-    t.path_prefix = rest.substr(slash);
-    while (!t.path_prefix.empty() && t.path_prefix.back() == '/') t.path_prefix.pop_back();
-    rest = rest.substr(0, slash);
-  }
-  const auto colon = rest.rfind(':');
-  if (colon != std::string::npos && rest.find(']') == std::string::npos) {
-    t.host = rest.substr(0, colon);
-    const auto p = rest.substr(colon + 1);
-    unsigned v = 0;
-    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
-    if (ec != std::errc() || end != p.data() + p.size() || v == 0 || v > 65535) return "bad port in '" + url + "'";
-    t.port = uint16_t(v);
-  } else {
-    t.host = rest;
-  }
-  if (t.host.empty()) return "no host in '" + url + "'";
+std::variant<HttpTarget, std::string> http_target(const std::string& url) {
+  std::string error;
+  auto u = parse_http_url(url, error);
+  if (!u) return error;
+  HttpTarget t{std::move(u->host), u->port, std::move(u->target)};
+  while (!t.path_prefix.empty() && t.path_prefix.back() == '/') t.path_prefix.pop_back();
   return t;
 }
 
@@ -235,7 +219,7 @@ LoadResult run_load(workload::Workload& wl, const LoadOptions& opt) {
 
 namespace {
 
-asio::awaitable<void> get_once(HttpTarget target, Duration timeout, std::string& body, std::string& error) {
+asio::awaitable<void> get_once(HttpUrl target, Duration timeout, std::string& body, std::string& error) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
   auto [rec, eps] = co_await resolver.async_resolve(target.host, std::to_string(target.port), tuple_awaitable);
@@ -250,7 +234,7 @@ asio::awaitable<void> get_once(HttpTarget target, Duration timeout, std::string&
     error = "connect: " + cec.message();
     co_return;
   }
-  http::request<http::empty_body> req{http::verb::get, target.path_prefix.empty() ? "/" : target.path_prefix, 11};
+  http::request<http::empty_body> req{http::verb::get, target.target.empty() ? "/" : target.target, 11};
   req.set(http::field::host, target.host);
   req.set(http::field::connection, "close");
   auto [wec, wn] = co_await http::async_write(stream, req, tuple_awaitable);
@@ -276,14 +260,11 @@ asio::awaitable<void> get_once(HttpTarget target, Duration timeout, std::string&
 }  // namespace
 
 std::string http_get(const std::string& url, std::string& error, Duration timeout) {
-  auto t = parse_http_url(url);
-  if (auto* e = std::get_if<std::string>(&t)) {
-    error = *e;
-    return "";
-  }
+  auto t = parse_http_url(url, error);
+  if (!t) return "";
   asio::io_context io;
   std::string body;
-  asio::co_spawn(io, get_once(std::get<0>(t), timeout, body, error), asio::detached);
+  asio::co_spawn(io, get_once(std::move(*t), timeout, body, error), asio::detached);
   io.run();
   return body;
 }

@@ -23,8 +23,9 @@ struct HttpTarget {
   std::string path_prefix;  // prepended to /v1/...
 };
 
-// Parses http://host[:port][/prefix]; error message on failure (https is not supported).
-std::variant<HttpTarget, std::string> parse_http_url(const std::string& url);
+// http://host[:port][/prefix] (core/url.h's parse_http_url, trailing slashes dropped from the
+// prefix); an error message on failure (https is not supported).
+std::variant<HttpTarget, std::string> http_target(const std::string& url);
 
 struct LoadOptions {
   HttpTarget target;

@@ -3,7 +3,9 @@
 #include "core/config.h"
 
 #include "core/admission/admission_config.h"
+#include "core/config_yaml.h"
 #include "core/picker/policy_factory.h"
+#include "core/url.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -38,60 +40,14 @@ const ModelRoute* Config::find_model(std::string_view name) const {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& msg) {
-  throw ConfigError(path + ": " + msg);
-}
-
-void check_keys(const YAML::Node& node, const std::string& path, std::initializer_list<const char*> allowed) {
-  if (!node.IsMap()) fail(path, "expected a mapping");
-  std::set<std::string> ok(allowed.begin(), allowed.end());
-  for (const auto& kv : node) {
-    if (!kv.first.IsScalar()) fail(path, "keys must be plain strings");
-    auto key = kv.first.as<std::string>();
-    if (!ok.count(key)) {
-      std::string list;
-      for (const auto& a : ok) list += (list.empty() ? "" : ", ") + a;
-      fail(path.empty() ? key : path + "." + key, "unknown key (allowed: " + list + ")");
-    }
-  }
-}
-
-template <typename T>
-T get(const YAML::Node& node, const std::string& path, const char* what) {
-  try {
-    return node.as<T>();
-  } catch (const YAML::Exception&) {
-    fail(path, std::string("expected ") + what);
-  }
-}
-
-int64_t get_int(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
-  auto v = get<int64_t>(n, path, "an integer");
-  if (v < lo || v > hi) fail(path, fmt::format("must be between {} and {}, got {}", lo, hi, v));
-  return v;
-}
-
-Duration get_ms(const YAML::Node& n, const std::string& path, int64_t lo = 1, int64_t hi = 86'400'000) {
-  return std::chrono::milliseconds(get_int(n, path, lo, hi));
-}
+using namespace config_yaml;
 
 Address parse_address(const YAML::Node& n, const std::string& path) {
-  auto s = get<std::string>(n, path, "host:port");
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) fail(path, "expected host:port, got '" + s + "'");
-  Address a;
-  a.host = s.substr(0, colon);
-  int port = 0;
-  try {
-    size_t used = 0;
-    port = std::stoi(s.substr(colon + 1), &used);
-    if (used != s.size() - colon - 1) throw std::invalid_argument("port");
-  } catch (const std::exception&) {
-    fail(path, "expected host:port with a numeric port, got '" + s + "'");
-  }
-  if (port < 0 || port > 65535) fail(path, fmt::format("port must be 0..65535, got {}", port));
-  a.port = static_cast<uint16_t>(port);
-  return a;
+  const auto s = get<std::string>(n, path, "host:port");
+  std::string error;
+  auto hp = parse_host_port(s, error);
+  if (!hp) fail(path, error);
+  return Address{std::move(hp->host), hp->port};
 }
 
 EngineKind parse_engine(const YAML::Node& n, const std::string& path) {
@@ -114,7 +70,11 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
     if (n["name"]) e.name = get<std::string>(n["name"], path + ".name", "a string");
     if (n["engine"]) e.engine = parse_engine(n["engine"], path + ".engine");
     if (n["metrics_path"]) e.metrics_path = get<std::string>(n["metrics_path"], path + ".metrics_path", "a path");
-    if (n["duty_cycle_url"]) e.duty_cycle_url = get<std::string>(n["duty_cycle_url"], path + ".duty_cycle_url", "a URL");
+    if (n["duty_cycle_url"]) {
+      e.duty_cycle_url = get<std::string>(n["duty_cycle_url"], path + ".duty_cycle_url", "a URL");
+      std::string error;
+      if (!parse_http_url(e.duty_cycle_url, error)) fail(path + ".duty_cycle_url", error);
+    }
   }
   if (e.name.empty()) e.name = e.address.str();
   if (e.address.port == 0) fail(path, "endpoint port must not be 0");

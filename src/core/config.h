@@ -10,16 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "core/config_error.h"
 #include "core/health/outlier_detector.h"
 #include "core/time.h"
+#include "core/url.h"
 
 namespace sluice {
 
 struct AdmissionSpec;  // core/admission/admission_config.h
-
-struct ConfigError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 enum class EngineKind { vllm, sglang, trtllm };
 std::string_view to_string(EngineKind k);
@@ -29,7 +27,7 @@ enum class PoolKind { chat, embedding };
 struct Address {
   std::string host;
   uint16_t port = 0;
-  std::string str() const { return host + ":" + std::to_string(port); }
+  std::string str() const { return format_host_port(host, port); }  // IPv6 in brackets
 };
 
 struct EndpointConfig {

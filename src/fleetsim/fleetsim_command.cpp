@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/engine/cost_model.h"
+#include "core/picker/policy_factory.h"
 #include "fleetsim/fleet_sim.h"
 
 namespace sluice {
@@ -173,9 +174,9 @@ void add_fleetsim_command(CLI::App& app) {
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("fleetsim", "Compare picker policies on a simulated fleet in virtual time");
   cmd->add_option("--replicas", flags->replicas, "Simulated replicas")->capture_default_str()->check(CLI::Range(1, 10000));
-  cmd->add_option("--policy", flags->policies,
-                  "Policies to compare, comma-separated: round_robin, random, least_request, power_of_two, "
-                  "cache_aware, llmd_default, sluice, oracle")
+  std::string policies;
+  for (const auto& p : policy_names()) policies += p + ", ";
+  cmd->add_option("--policy", flags->policies, "Policies to compare, comma-separated: " + policies + "oracle")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--policy-param", flags->policy_params, "Policy parameter name=value (repeatable)");
   cmd->add_option("--workload", flags->workload,

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/prom_writer.h"
 #include "sim/openai_format.h"
 
 namespace sluice::sim {
@@ -26,55 +27,25 @@ void LoraInfoHistory::update(std::string running, std::string waiting, double un
   if (samples_.size() > kKeep) samples_.erase(samples_.begin());
 }
 
-std::string prom_float(double v) {
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  if (std::isnan(v)) return "NaN";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{:.1f}", v);
-  return fmt::format("{}", v);
-}
+std::string prom_float(double v) { return format_prom_value(v, PromFloats::python); }
 
 namespace {
 
-struct Writer {
-  std::string out;
-  void family(std::string_view name, std::string_view type, std::string_view help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  }
-  void sample(std::string_view name, std::string_view labels, double v) {
-    out += name;
-    if (!labels.empty()) {
-      out += '{';
-      out += labels;
-      out += '}';
-    }
-    out += ' ';
-    out += prom_float(v);
-    out += '\n';
-  }
-  // `labels` are placed before le (le sorts after engine, before model_name in vLLM; order is free).
-  void histogram(std::string_view name, std::string_view help, std::string_view labels, const engine::Histogram& h) {
-    family(name, "histogram", help);
-    const std::string sep = labels.empty() ? "" : ",";
-    for (size_t i = 0; i <= h.bounds.size(); ++i) {
-      const std::string le = i < h.bounds.size() ? prom_float(h.bounds[i]) : "+Inf";
-      sample(fmt::format("{}_bucket", name), fmt::format("{}{}le=\"{}\"", labels, sep, le), double(h.cumulative(i)));
-    }
-    sample(fmt::format("{}_count", name), labels, double(h.count));
-    sample(fmt::format("{}_sum", name), labels, h.sum);
-  }
-};
+// One histogram family: HELP/TYPE, then its samples. `labels` are placed before le (le sorts
+// after engine, before model_name in vLLM; order is free).
+void histogram_family(PromWriter& w, std::string_view name, std::string_view help, std::string_view labels,
+                      const HistogramData& h) {
+  w.family(name, "histogram", help);
+  w.histogram(name, labels, h);
+}
 
 std::string label_value(std::string_view v) {
   std::string q;
-  for (char c : v) {
-    if (c == '\\' || c == '"') q += '\\';
-    if (c == '\n') { q += "\\n"; continue; }
-    q += c;
-  }
+  append_prom_label_value(q, v);
   return q;
 }
 
-void render_dcgm(Writer& w, const MetricsInput& in) {
+void render_dcgm(PromWriter& w, const MetricsInput& in) {
   const std::string labels = fmt::format(R"(device="nvidia{}",gpu="{}")", in.gpu_index, in.gpu_index);
   w.family("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.");
   w.sample("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, in.duty_cycle);
@@ -82,7 +53,7 @@ void render_dcgm(Writer& w, const MetricsInput& in) {
   w.sample("DCGM_FI_DEV_GPU_UTIL", labels, std::round(in.duty_cycle * 100.0));
 }
 
-void render_vllm(Writer& w, const MetricsInput& in) {
+void render_vllm(PromWriter& w, const MetricsInput& in) {
   const auto& s = *in.stats;
   const auto& c = s.counters;
   const std::string L = fmt::format(R"(engine="0",model_name="{}")", label_value(in.model_name));
@@ -109,13 +80,13 @@ void render_vllm(Writer& w, const MetricsInput& in) {
     w.sample("vllm:request_success_total",
              fmt::format(R"(engine="0",finished_reason="{}",model_name="{}")", reason, label_value(in.model_name)),
              double(n));
-  w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", L,
+  histogram_family(w, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", L,
               s.histograms.ttft);
-  w.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", L,
+  histogram_family(w, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", L,
               s.histograms.itl);
-  w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", L,
+  histogram_family(w, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", L,
               s.histograms.e2e);
-  w.histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", L,
+  histogram_family(w, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", L,
               s.histograms.queue);
   w.family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
   w.sample("vllm:cache_config_info",
@@ -133,7 +104,7 @@ void render_vllm(Writer& w, const MetricsInput& in) {
   }
 }
 
-void render_sglang(Writer& w, const MetricsInput& in) {
+void render_sglang(PromWriter& w, const MetricsInput& in) {
   const auto& s = *in.stats;
   const auto& c = s.counters;
   const std::string L = fmt::format(R"(model_name="{}")", label_value(in.model_name));
@@ -156,15 +127,15 @@ void render_sglang(Writer& w, const MetricsInput& in) {
   w.sample("sglang:generation_tokens_total", L, double(c.generation_tokens));
   w.family("sglang:num_requests_total", "counter", "The number of processed requests.");
   w.sample("sglang:num_requests_total", L, double(c.finished_stop + c.finished_length + c.finished_abort));
-  w.histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", L,
+  histogram_family(w, "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", L,
               s.histograms.ttft);
-  w.histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", L,
+  histogram_family(w, "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", L,
               s.histograms.itl);
-  w.histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", L,
+  histogram_family(w, "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", L,
               s.histograms.e2e);
 }
 
-void render_trtllm(Writer& w, const MetricsInput& in) {
+void render_trtllm(PromWriter& w, const MetricsInput& in) {
   const auto& s = *in.stats;
   const auto& c = s.counters;
   const std::string L = fmt::format(R"(model_name="{}")", label_value(in.model_name));
@@ -180,24 +151,25 @@ void render_trtllm(Writer& w, const MetricsInput& in) {
   w.sample("trtllm_kv_cache_max_blocks", L, double(s.num_blocks));
   w.family("trtllm_request_success_total", "counter", "Count of successfully processed requests.");
   w.sample("trtllm_request_success_total", L, double(c.finished_stop + c.finished_length));
-  w.histogram("trtllm_time_to_first_token_seconds", "Histogram of time to first token in seconds.", L,
+  histogram_family(w, "trtllm_time_to_first_token_seconds", "Histogram of time to first token in seconds.", L,
               s.histograms.ttft);
-  w.histogram("trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", L,
+  histogram_family(w, "trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", L,
               s.histograms.e2e);
 }
 
 }  // namespace
 
 std::string render_metrics(MetricsFlavor flavor, const MetricsInput& in) {
-  Writer w;
-  w.out.reserve(16384);
+  std::string out;
+  out.reserve(16384);
+  PromWriter w(out, PromFloats::python);  // Python-client number style, like the engines imitated
   switch (flavor) {
     case MetricsFlavor::vllm: render_vllm(w, in); break;
     case MetricsFlavor::sglang: render_sglang(w, in); break;
     case MetricsFlavor::trtllm: render_trtllm(w, in); break;
   }
   render_dcgm(w, in);
-  return std::move(w.out);
+  return out;
 }
 
 }  // namespace sluice::sim

@@ -2,54 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <limits>
-#include <set>
+#include "core/config_yaml.h"
 
 namespace sluice {
 
 namespace {
 
-// Parsing is not on the data path: a local exception unwinds to the single catch below.
-struct SpecError {
-  std::string message;
-};
-
-[[noreturn]] void fail(const std::string& path, const std::string& msg) { throw SpecError{path + ": " + msg}; }
-
-void check_keys(const YAML::Node& node, const std::string& path, std::initializer_list<const char*> allowed) {
-  if (!node.IsMap()) fail(path, "expected a mapping");
-  std::set<std::string> ok(allowed.begin(), allowed.end());
-  for (const auto& kv : node) {
-    const auto key = kv.first.as<std::string>();
-    if (!ok.count(key)) {
-      std::string list;
-      for (const auto& a : ok) list += (list.empty() ? "" : ", ") + a;
-      fail(path + "." + key, "unknown key (allowed: " + list + ")");
-    }
-  }
-}
-
-template <typename T>
-T get(const YAML::Node& node, const std::string& path, const char* what) {
-  try {
-    return node.as<T>();
-  } catch (const YAML::Exception&) {
-    fail(path, std::string("expected ") + what);
-  }
-}
-
-int64_t get_int(const YAML::Node& n, const std::string& path, int64_t lo,
-                int64_t hi = std::numeric_limits<int64_t>::max()) {
-  const auto v = get<int64_t>(n, path, "an integer");
-  if (v < lo || v > hi) fail(path, fmt::format("must be between {} and {}, got {}", lo, hi, v));
-  return v;
-}
-
-double get_positive(const YAML::Node& n, const std::string& path) {
-  const auto v = get<double>(n, path, "a number");
-  if (!(v > 0) || v > 1e9) fail(path, "must be a number > 0");
-  return v;
-}
+using namespace config_yaml;
 
 RateLimits parse_limits(const YAML::Node& n, const std::string& path) {
   check_keys(n, path, {"requests_per_min", "input_tokens_per_min", "output_tokens_per_min", "tokens_per_day",
@@ -155,8 +114,8 @@ AdmissionSpecResult parse_admission_yaml(const YAML::Node& root) {
       for (size_t i = 0; i < ts.size(); ++i) r.spec.tenants.tenants.push_back(parse_tenant(ts[i], fmt::format("tenants[{}]", i)));
     }
     if (const auto& a = root["admission"]) parse_admission(a, r.spec);
-  } catch (const SpecError& e) {
-    r.error = e.message;
+  } catch (const ConfigError& e) {
+    r.error = e.what();
   } catch (const YAML::Exception& e) {
     r.error = std::string("admission config: ") + e.what();
   }

@@ -11,28 +11,57 @@
 
 namespace sluice {
 
+namespace {
+
+// The one list of policies: name -> how to build it from the pool's config and parameters.
+struct PolicyEntry {
+  const char* name;
+  std::unique_ptr<Policy> (*make)(const PoolConfig& pool, PolicyParams& params, uint64_t seed);
+};
+
+const PolicyEntry kPolicies[] = {
+    {"round_robin", [](const PoolConfig&, PolicyParams&, uint64_t) -> std::unique_ptr<Policy> {
+       return std::make_unique<RoundRobinPolicy>();
+     }},
+    {"random", [](const PoolConfig&, PolicyParams&, uint64_t seed) -> std::unique_ptr<Policy> {
+       return std::make_unique<RandomPolicy>(seed);
+     }},
+    {"least_request", [](const PoolConfig&, PolicyParams&, uint64_t) -> std::unique_ptr<Policy> {
+       return std::make_unique<LeastRequestPolicy>();
+     }},
+    {"power_of_two", [](const PoolConfig&, PolicyParams&, uint64_t seed) -> std::unique_ptr<Policy> {
+       return std::make_unique<PowerOfTwoPolicy>(seed);
+     }},
+    {"cache_aware", [](const PoolConfig&, PolicyParams& params, uint64_t) -> std::unique_ptr<Policy> {
+       return std::make_unique<CacheAwarePolicy>(CacheAwareParams::from(params));
+     }},
+    {"llmd_default", [](const PoolConfig&, PolicyParams& params, uint64_t seed) -> std::unique_ptr<Policy> {
+       return std::make_unique<LlmdDefaultPolicy>(LlmdParams::from(params), seed);
+     }},
+    {"sluice", [](const PoolConfig& pool, PolicyParams& params, uint64_t) -> std::unique_ptr<Policy> {
+       return std::make_unique<SluicePolicy>(SluiceParams::from(params), pool.kind);
+     }},
+};
+
+}  // namespace
+
 std::vector<std::string> policy_names() {
-  return {"round_robin", "random", "least_request", "power_of_two", "cache_aware", "llmd_default", "sluice"};
+  std::vector<std::string> names;
+  for (const auto& p : kPolicies) names.emplace_back(p.name);
+  return names;
 }
 
 std::unique_ptr<Policy> make_policy(const PoolConfig& pool, uint64_t seed) {
-  const auto& n = pool.policy;
   PolicyParams params(pool);
-  std::unique_ptr<Policy> p;
-  if (n == "round_robin") p = std::make_unique<RoundRobinPolicy>();
-  else if (n == "random") p = std::make_unique<RandomPolicy>(seed);
-  else if (n == "least_request") p = std::make_unique<LeastRequestPolicy>();
-  else if (n == "power_of_two") p = std::make_unique<PowerOfTwoPolicy>(seed);
-  else if (n == "cache_aware") p = std::make_unique<CacheAwarePolicy>(CacheAwareParams::from(params));
-  else if (n == "llmd_default") p = std::make_unique<LlmdDefaultPolicy>(LlmdParams::from(params), seed);
-  else if (n == "sluice") p = std::make_unique<SluicePolicy>(SluiceParams::from(params), pool.kind);
-  if (p) {
-    params.reject_unknown(n);
+  for (const auto& entry : kPolicies) {
+    if (pool.policy != entry.name) continue;
+    auto p = entry.make(pool, params, seed);
+    params.reject_unknown(pool.policy);
     return p;
   }
   std::string known;
-  for (const auto& p : policy_names()) known += (known.empty() ? "" : ", ") + p;
-  throw ConfigError("pool '" + pool.name + "': unknown policy '" + n + "' (known: " + known + ")");
+  for (const auto& p : kPolicies) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  throw ConfigError("pool '" + pool.name + "': unknown policy '" + pool.policy + "' (known: " + known + ")");
 }
 
 }  // namespace sluice

@@ -1,5 +1,6 @@
-// Builds a policy by name for a pool. Names: round_robin, random, least_request (and, from the
-// KV-aware picker: power_of_two, cache_aware, llmd_default, sluice). Unknown names are a config error.
+// Builds a policy by name for a pool. The names are listed once, in policy_factory.cpp's table
+// (policy_names() reads it: config validation, error messages, `fleetsim --help`); unknown names
+// are a config error.
 #pragma once
 #include <memory>
 #include <string>

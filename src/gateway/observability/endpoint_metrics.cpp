@@ -1,11 +1,9 @@
 #include "gateway/observability/endpoint_metrics.h"
 
-#include <fmt/format.h>
-
 #include <functional>
 #include <vector>
 
-#include "gateway/observability/metrics.h"
+#include "core/prom_writer.h"
 
 namespace sluice {
 
@@ -69,16 +67,13 @@ void append_endpoint_metrics(std::string& out,
                              Time now) {
   std::vector<std::pair<std::string, std::vector<EndpointSnapshot>>> snapshots;
   for (const auto& [name, pool] : pools) snapshots.emplace_back(name, pool->router.snapshot(now));
+  PromWriter w(out);
   for (const auto& s : series()) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", s.name, s.help, s.name, s.type);
+    w.family(s.name, s.type, s.help);
     for (const auto& [pool, endpoints] : snapshots) {
       for (const auto& ep : endpoints) {
         double v = 0;
-        if (!s.value(ep, now, v)) continue;
-        out += s.name;
-        out += '{';
-        append_labels(out, {"pool", "endpoint"}, {pool, ep.name});
-        out += fmt::format("}} {}\n", v);
+        if (s.value(ep, now, v)) w.sample(s.name, {{"pool", pool}, {"endpoint", ep.name}}, v);
       }
     }
   }

@@ -13,7 +13,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "gateway/observability/metrics.h"
@@ -110,28 +109,26 @@ asio::awaitable<void> check_loop(std::shared_ptr<HealthCheckers::Impl> impl, Poo
 
 void add_health_metrics(MetricsRegistry& registry, std::function<std::vector<std::shared_ptr<PoolHealth>>()> pools) {
   registry.add_collector([pools = std::move(pools)](std::string& out) {
-    std::string retries, refused, ejections, failures;
-    for (const auto& p : pools()) {
-      const PoolConfig& pc = p->router().config();
-      std::string labels;
-      append_labels(labels, {"pool"}, {pc.name});
-      retries += fmt::format("sluice_retries_total{{{}}} {}\n", labels, p->retries_total());
-      refused += fmt::format("sluice_retries_refused_total{{{}}} {}\n", labels, p->retries_refused_total());
-      for (size_t i = 0; i < pc.endpoints.size(); ++i) {
-        labels.clear();
-        append_labels(labels, {"pool", "endpoint"}, {pc.name, pc.endpoints[i].name});
-        const auto& c = p->counters(i);
-        ejections += fmt::format("sluice_outlier_ejections_total{{{}}} {}\n", labels, c.ejections.load());
-        failures += fmt::format("sluice_health_check_failures_total{{{}}} {}\n", labels, c.probe_failures.load());
+    const auto all = pools();
+    PromWriter w(out);
+    w.family("sluice_retries_total", "counter", "Upstream attempts retried on another endpoint.");
+    for (const auto& p : all) w.sample("sluice_retries_total", {{"pool", p->router().config().name}}, double(p->retries_total()));
+    w.family("sluice_retries_refused_total", "counter", "Retries the pool's retry budget refused.");
+    for (const auto& p : all)
+      w.sample("sluice_retries_refused_total", {{"pool", p->router().config().name}}, double(p->retries_refused_total()));
+    // Per endpoint: one pass per family, so each family's samples follow its HELP/TYPE.
+    auto per_endpoint = [&](const char* name, const char* help, auto value) {
+      w.family(name, "counter", help);
+      for (const auto& p : all) {
+        const PoolConfig& pc = p->router().config();
+        for (size_t i = 0; i < pc.endpoints.size(); ++i)
+          w.sample(name, {{"pool", pc.name}, {"endpoint", pc.endpoints[i].name}}, double(value(p->counters(i))));
       }
-    }
-    out += "# HELP sluice_retries_total Upstream attempts retried on another endpoint.\n# TYPE sluice_retries_total counter\n" + retries;
-    out += "# HELP sluice_retries_refused_total Retries the pool's retry budget refused.\n"
-           "# TYPE sluice_retries_refused_total counter\n" + refused;
-    out += "# HELP sluice_outlier_ejections_total Passive outlier ejections.\n"
-           "# TYPE sluice_outlier_ejections_total counter\n" + ejections;
-    out += "# HELP sluice_health_check_failures_total Failed active health probes.\n"
-           "# TYPE sluice_health_check_failures_total counter\n" + failures;
+    };
+    per_endpoint("sluice_outlier_ejections_total", "Passive outlier ejections.",
+                 [](const auto& c) { return c.ejections.load(); });
+    per_endpoint("sluice_health_check_failures_total", "Failed active health probes.",
+                 [](const auto& c) { return c.probe_failures.load(); });
   });
 }
 

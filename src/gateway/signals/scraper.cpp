@@ -20,6 +20,7 @@
 
 #include "core/picker/engine_metrics.h"
 #include "core/prom_text.h"
+#include "core/url.h"
 
 namespace sluice {
 
@@ -111,32 +112,6 @@ asio::awaitable<ScrapeFetch> fetch(Connection& c, const std::string& target, Dur
   co_return out;
 }
 
-struct UrlParts {
-  std::string host, port, target;
-};
-
-// "http://host:port/path" -> parts; nullopt when malformed.
-std::optional<UrlParts> parse_url(const std::string& url) {
-  std::string_view u = url;
-  if (u.substr(0, 7) != "http://") return std::nullopt;
-  u.remove_prefix(7);
-  size_t slash = u.find('/');
-  std::string_view hostport = u.substr(0, slash);
-  std::string target = slash == std::string_view::npos ? "/metrics" : std::string(u.substr(slash));
-  size_t colon = hostport.rfind(':');
-  UrlParts c;
-  c.target = target;
-  if (colon == std::string_view::npos) {
-    c.host = hostport;
-    c.port = "80";
-  } else {
-    c.host = hostport.substr(0, colon);
-    c.port = hostport.substr(colon + 1);
-  }
-  if (c.host.empty() || c.port.empty()) return std::nullopt;
-  return c;
-}
-
 asio::awaitable<void> scrape_loop(std::shared_ptr<Scrapers::Impl> impl, PoolRouter* router, size_t index,
                                   size_t status_slot, std::function<Time()> now, std::shared_ptr<const void> keep) {
   const EndpointConfig ep = router->config().endpoints.at(index);
@@ -147,13 +122,14 @@ asio::awaitable<void> scrape_loop(std::shared_ptr<Scrapers::Impl> impl, PoolRout
   std::unique_ptr<Connection> dcgm;
   std::string dcgm_target;
   if (!ep.duty_cycle_url.empty()) {
-    if (auto u = parse_url(ep.duty_cycle_url)) {
+    std::string error;  // the config validated the URL already
+    if (auto u = parse_http_url(ep.duty_cycle_url, error)) {
       dcgm = std::make_unique<Connection>();
       dcgm->host = u->host;
-      dcgm->port = u->port;
-      dcgm_target = u->target;
+      dcgm->port = std::to_string(u->port);
+      dcgm_target = u->target.empty() ? "/metrics" : u->target;
     } else {
-      spdlog::warn("scraper {}/{}: ignoring malformed duty_cycle_url '{}'", router->config().name, ep.name, ep.duty_cycle_url);
+      spdlog::warn("scraper {}/{}: ignoring duty_cycle_url: {}", router->config().name, ep.name, error);
     }
   }
   // Frozen metrics: an engine whose exposition does not change by a byte while this gateway keeps

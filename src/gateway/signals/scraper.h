@@ -3,8 +3,8 @@
 // kept-alive Beast connection with a ScrapeConfig::timeout deadline per scrape (connect included),
 // parses the Prometheus text (core/prom_text.h), maps it for the endpoint's engine kind
 // (core/picker/engine_metrics.h) and calls PoolRouter::update_signals with scraped_at = now().
-// When EndpointConfig::duty_cycle_url ("http://host:port/path", a DCGM exporter) is set, it is
-// fetched in the same cycle and its duty cycle merged in.
+// When EndpointConfig::duty_cycle_url ("http://host:port[/path]", a DCGM exporter, path default
+// /metrics; parsed by core/url.h) is set, it is fetched in the same cycle and its duty cycle merged in.
 // A failure (connect, timeout, non-200, no recognisable engine metrics) calls
 // PoolRouter::record_scrape_error and drops the connection; the next cycle reconnects. A failing
 // scrape never marks the endpoint unhealthy: its signals just go stale and the picker falls back to

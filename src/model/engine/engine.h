@@ -37,7 +37,7 @@
 
 #include "model/engine/block_manager.h"
 #include "core/engine/cost_model.h"
-#include "model/engine/histogram.h"
+#include "core/metrics/histogram.h"
 #include "model/engine/lora_slots.h"
 #include "model/engine/tokenizer.h"
 #include "core/time.h"
@@ -116,7 +116,7 @@ struct EngineCounters {
 };
 
 struct EngineHistograms {
-  Histogram ttft{ttft_buckets()}, itl{itl_buckets()}, e2e{e2e_buckets()}, queue{e2e_buckets()};
+  HistogramData ttft{ttft_buckets()}, itl{itl_buckets()}, e2e{e2e_buckets()}, queue{e2e_buckets()};
 };
 
 struct EngineStats {

@@ -1,23 +1,12 @@
 #include <gtest/gtest.h>
 
 #include "core/picker/scorers/adapter_locality.h"
-#include "core/picker/scorers/in_flight_tokens.h"
-#include "core/picker/scorers/kv_pressure.h"
 #include "core/picker/scorers/load_estimate.h"
-#include "core/picker/scorers/prefix_affinity.h"
 #include "core/picker/scorers/queue_depth.h"
 #include "../picker_test_util.h"
 
 namespace sluice {
 namespace {
-
-TEST(Scorers, PrefixAffinityTable) {
-  struct {
-    int64_t cached, input;
-    double want;
-  } cases[] = {{0, 100, 0}, {50, 100, 0.5}, {100, 100, 1}, {200, 100, 1}, {10, 0, 0}, {-5, 10, 0}};
-  for (auto c : cases) EXPECT_DOUBLE_EQ(prefix_affinity_score(c.cached, c.input), c.want) << c.cached << "/" << c.input;
-}
 
 TEST(Scorers, QueueDepthTable) {
   struct {
@@ -33,19 +22,6 @@ TEST(Scorers, QueueDepthTable) {
     queue_depth_scores(c.q, out);
     for (size_t i = 0; i < out.size(); ++i) EXPECT_DOUBLE_EQ(out[i], c.want[i]);
   }
-}
-
-TEST(Scorers, KvPressureAndInFlightTokens) {
-  LoadEstimate e;
-  e.kv_usage = 0.25;
-  EXPECT_DOUBLE_EQ(kv_pressure_score(e), 0.75);
-  EndpointLoad l;
-  EXPECT_DOUBLE_EQ(in_flight_tokens_score(l), 1.0);
-  l.prefill_tokens = 1048576;
-  l.decode_tokens = 1048576;
-  EXPECT_DOUBLE_EQ(in_flight_tokens_score(l), 0.5);
-  l.decode_tokens = 10'000'000;
-  EXPECT_DOUBLE_EQ(in_flight_tokens_score(l), 0.0);
 }
 
 TEST(Scorers, AdapterLocalityTable) {
