@@ -408,12 +408,16 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
     return w->state;
   };
   w->timer = &timer;
+  // The client leaving (the connection's cancellation signal) cancels the wait; the handler runs
+  // on this thread (the connection's), as the timer requires.
   auto cancel = in.cancel;
+  if (cancel.is_connected()) cancel.assign([&timer](asio::cancellation_type) { timer.cancel(); });
   while (state() == Waiter::State::waiting) {
     if (in.client_gone && in.client_gone()) {
       forget(w);
       if (state() == Waiter::State::waiting) {
         w->timer = nullptr;
+        if (cancel.is_connected()) cancel.clear();  // the handler refers to this frame's timer
         result.client_left = true;
         co_return result;  // the ticket leaves the queue and refunds
       }
@@ -421,7 +425,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
     }
     const Duration left = deadline - host_.now();
     timer.expires_after(std::max<Duration>(left + std::chrono::milliseconds(1), std::chrono::milliseconds(1)));
-    auto [ec] = co_await timer.async_wait(asio::bind_cancellation_slot(cancel, asio::as_tuple(asio::use_awaitable)));
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (!ec && host_.now() >= deadline) expire();
   }
   w->timer = nullptr;

@@ -311,7 +311,10 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
         if (a.wait > Duration::zero()) {
           asio::steady_timer timer(co_await asio::this_coro::executor);
           timer.expires_at(std::min(SteadyClock::now() + a.wait, total_deadline_));
-          co_await timer.async_wait(asio::bind_cancellation_slot(down_.cancel_slot(), use_tuple));
+          auto slot = down_.cancel_slot();
+          if (slot.is_connected()) slot.assign([&timer](asio::cancellation_type) { timer.cancel(); });
+          co_await timer.async_wait(use_tuple);
+          if (slot.is_connected()) slot.clear();
           if (down_.gone()) {
             finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
             co_return false;

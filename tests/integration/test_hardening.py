@@ -543,10 +543,15 @@ class HungReplica(unittest.TestCase):
 
 @lifecycle
 class HalfClose(WithFake):
-    """11: a client that shuts down its sending side and still reads gets its (buffered) answer."""
+    """11: a client that shuts down its sending side right behind its request (the FIN with the last
+    request bytes, as `nc -N` or `curl -T` style clients do) and still reads gets its (buffered)
+    answer. (A FIN that arrives after the gateway read the request is taken as the client leaving:
+    reading cannot tell the two apart, and aborting frees the engine. TCP_CORK makes the kernel
+    send the request and the FIN together, which is the contract under test.)"""
 
     def test_shut_wr_is_not_an_abort(self):
         s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
         s.sendall(request_bytes(chat_body(), headers="x-fake-first-byte-delay-ms: 400\r\n"))
         s.shutdown(socket.SHUT_WR)
         raw, _ = recv_all(s, 5)

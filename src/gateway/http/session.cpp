@@ -1,5 +1,7 @@
 #include "gateway/http/session.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,7 +23,6 @@ namespace http = boost::beast::http;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxEarlyBytes = 64 << 10;
-constexpr auto kHalfCloseWindow = std::chrono::milliseconds(50);  // a FIN this soon after the request: SHUT_WR
 // The connection's read buffer holds a header block, or unparsed bytes (a chunk-size line with its
 // extensions, pipelined requests): bounded, so a never-ending chunk extension is a 400, not memory.
 constexpr size_t kReadBufferSlack = 256 << 10;
@@ -113,13 +114,6 @@ void Session::on_watch(boost::system::error_code ec, size_t n) {
       start_watch();
       return;
     }
-  } else if (ec == asio::error::eof && !half_closed_ && SteadyClock::now() - request_read_at_ < kHalfCloseWindow) {
-    // A FIN right behind the request (SHUT_WR after sending, as `nc -N` and some HTTP/1.0
-    // clients do) is a half-close: the client still reads, so its request is served. A FIN that
-    // comes later is a client that left; reading cannot tell the two apart (the socket is in
-    // CLOSE_WAIT either way), so the time decides. If the client had in fact gone, the first write
-    // fails and the request ends then.
-    half_closed_ = true;
   } else if (ec != asio::error::operation_aborted) {
     client_gone_ = true;  // EOF or reset: the client left
     if (watching_) cancel_.emit(asio::cancellation_type::terminal);  // the engine sees the abort at once
@@ -296,6 +290,16 @@ asio::awaitable<void> Session::run() {
     }
     watchdog_.disarm();
     request_read_at_ = SteadyClock::now();
+    // A FIN already here, right behind the request (SHUT_WR after sending, as `nc -N` and some
+    // HTTP/1.0 clients do), is a half-close: the client still reads, so its request is served and
+    // the disconnect watch is not started. A FIN that comes later is a client that left: reading
+    // cannot tell the two apart (the socket is in CLOSE_WAIT either way), and a later FIN is far
+    // more often an abort, which must free the engine at once. If a "half-closed" client had in
+    // fact gone, the first write fails and the request ends then.
+    if (early_bytes_.empty() && buffer_.size() == 0) {
+      char peek;
+      if (::recv(client_.native_handle(), &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0) half_closed_ = true;
+    }
     const Duration body_read = request_read_at_ - head_done;
 
     // ---- route ----

@@ -84,7 +84,7 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
   bool client_gone_ = false;
   bool half_closed_ = false;  // the client shut its sending side right after a request (still reads)
-  SteadyClock::time_point request_read_at_{};
+  SteadyClock::time_point request_read_at_{};  // when the current request was read
   std::string early_bytes_;  // bytes the watcher read while a request was in flight (pipelining)
   bool watching_ = false;
   bool watch_pending_ = false;
