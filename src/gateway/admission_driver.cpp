@@ -20,6 +20,7 @@
 #include "core/admission/admission_config.h"
 #include "core/admission/dispatcher.h"
 #include "core/picker/pool_router.h"
+#include "core/prom_writer.h"
 #include "gateway/observability/metrics.h"
 
 namespace sluice {
@@ -449,14 +450,13 @@ void Driver::render(std::string& out) {
     std::lock_guard lock(mu_);
     dispatcher_.for_each_depth([&](std::string_view pool, int prio, int64_t n) { depths.emplace_back(std::string(pool), prio, n); });
   }
-  out += "# HELP sluice_queue_depth Requests waiting in the gateway's admission queue.\n"
-         "# TYPE sluice_queue_depth gauge\n";
+  PromWriter w(out);
+  w.family("sluice_queue_depth", "gauge", "Requests waiting in the gateway's admission queue.");
   for (const auto& [pool, prio, n] : depths)
-    fmt::format_to(std::back_inserter(out), "sluice_queue_depth{{pool=\"{}\",priority=\"{}\"}} {}\n", pool, prio, n);
-  out += "# HELP sluice_reservations_outstanding Token reservations held by admitted requests.\n"
-         "# TYPE sluice_reservations_outstanding gauge\n";
-  fmt::format_to(std::back_inserter(out), "sluice_reservations_outstanding {}\n",
-                 enforcing_ ? admission_.counters().outstanding_reservations.load(std::memory_order_relaxed) : 0);
+    w.sample("sluice_queue_depth", {{"pool", pool}, {"priority", std::to_string(prio)}}, static_cast<double>(n));
+  w.family("sluice_reservations_outstanding", "gauge", "Token reservations held by admitted requests.");
+  w.sample("sluice_reservations_outstanding", "",
+           enforcing_ ? static_cast<double>(admission_.counters().outstanding_reservations.load(std::memory_order_relaxed)) : 0.0);
 }
 
 // The implicit gate's registry: one tenant, no keys, no limits; requests without a key map to it.

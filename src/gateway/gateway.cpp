@@ -1,5 +1,7 @@
 #include "gateway/gateway.h"
 
+#include "core/prom_writer.h"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -9,14 +11,6 @@
 
 namespace sluice {
 
-namespace {
-// 1 us .. 10 s: parse and pick are microseconds, a queue wait or an engine's first byte seconds.
-const std::vector<double>& overhead_buckets() {
-  static const std::vector<double> b{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
-                                     2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 0.25, 1, 2.5, 10};
-  return b;
-}
-}  // namespace
 
 GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
     : requests(r.counter("sluice_requests_total", "Finished requests by outcome.", {"pool", "model", "status", "outcome"})),
@@ -53,13 +47,13 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
     const auto gen = current();
     append_endpoint_metrics(out, gen->pools, now());
     gen->admission->render(out);
-    out += fmt::format("# HELP sluice_active_requests Requests being served by the gateway.\n"
-                       "# TYPE sluice_active_requests gauge\nsluice_active_requests {}\n"
-                       "# HELP sluice_open_connections Open client connections.\n"
-                       "# TYPE sluice_open_connections gauge\nsluice_open_connections {}\n"
-                       "# HELP sluice_config_generation Config generation in use (1 at start, +1 per applied reload).\n"
-                       "# TYPE sluice_config_generation gauge\nsluice_config_generation {}\n",
-                       active_requests.load(), connections.load(), gen->number);
+    PromWriter w(out);
+    w.family("sluice_active_requests", "gauge", "Requests being served by the gateway.");
+    w.sample("sluice_active_requests", "", static_cast<double>(active_requests.load()));
+    w.family("sluice_open_connections", "gauge", "Open client connections.");
+    w.sample("sluice_open_connections", "", static_cast<double>(connections.load()));
+    w.family("sluice_config_generation", "gauge", "Config generation in use (1 at start, +1 per applied reload).");
+    w.sample("sluice_config_generation", "", static_cast<double>(gen->number));
   });
 }
 

@@ -36,6 +36,13 @@ const BucketBounds& e2e_buckets() {
   return b;
 }
 
+const BucketBounds& overhead_buckets() {
+  // Parse and pick are microseconds; a queue wait or an engine's first byte, seconds.
+  static const BucketBounds b{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                              2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 0.25, 1, 2.5, 10};
+  return b;
+}
+
 const BucketBounds& pick_buckets() {
   static const BucketBounds b{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2};
   return b;

@@ -32,6 +32,7 @@ const BucketBounds& ttft_buckets();
 const BucketBounds& itl_buckets();
 const BucketBounds& e2e_buckets();   // engine e2e and queue time
 const BucketBounds& pick_buckets();  // picker decision time: 1 us .. 10 ms
+const BucketBounds& overhead_buckets();  // the gateway's own cost by phase: 1 us .. 10 s
 
 // Index of the bucket `v` falls in: bounds.size() is +Inf.
 size_t bucket_index(const BucketBounds& bounds, double v);
