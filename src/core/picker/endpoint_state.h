@@ -36,6 +36,7 @@ struct EndpointLoad {
   int64_t scrape_errors_total = 0;
   int64_t prefill_requests = 0;     // requests dispatched and not yet past first token
   int64_t context_tokens = 0;       // input + output bound of requests in flight (KV footprint bound)
+  int64_t live_context_tokens = 0;  // input + output so far of requests in flight (what decode attention reads)
   int64_t input_tokens_total = 0;   // cumulative input tokens dispatched
   int64_t predicted_cached_tokens_total = 0;  // cumulative predicted cached tokens at dispatch
   int64_t scrape_failures_in_row = 0;  // consecutive scrape errors (0 after a success)

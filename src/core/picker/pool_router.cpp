@@ -18,6 +18,7 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
     prefill_ = o.prefill_;
     decode_ = o.decode_;
     context_ = o.context_;
+    live_ = o.live_;
     decoding_ = o.decoding_;
   }
   return *this;
@@ -36,12 +37,13 @@ void DispatchGuard::on_tokens(int64_t n) {
   n = std::min(n, decode_);
   if (n <= 0) return;
   decode_ -= n;
+  live_ += n;
   router_->consume_decode(endpoint_, n);
 }
 
 void DispatchGuard::release() {
   if (!router_) return;
-  router_->release(endpoint_, prefill_, decode_, context_, decoding_);
+  router_->release(endpoint_, prefill_, decode_, context_, live_, decoding_);
   router_ = nullptr;
 }
 
@@ -84,6 +86,8 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   g.prefill_ = std::max<int64_t>(0, req.input_tokens - chosen.predicted_cached_tokens);
   g.decode_ = std::max<int64_t>(0, req.max_output_tokens);
   g.context_ = std::max<int64_t>(0, req.input_tokens) + g.decode_;
+  g.live_ = std::max<int64_t>(0, req.input_tokens);
+  load.live_context_tokens += g.live_;
   load.in_flight += 1;
   load.prefill_requests += 1;
   load.context_tokens += g.context_;
@@ -97,12 +101,14 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   return g;
 }
 
-void PoolRouter::release(size_t endpoint, int64_t prefill, int64_t decode, int64_t context, bool decoding) {
+void PoolRouter::release(size_t endpoint, int64_t prefill, int64_t decode, int64_t context, int64_t live,
+                         bool decoding) {
   std::lock_guard lock(mu_);
   auto& load = endpoints_[endpoint].load;
   load.in_flight -= 1;
   if (!decoding) load.prefill_requests -= 1;
   load.context_tokens -= context;
+  load.live_context_tokens -= live;
   load.prefill_tokens -= prefill;
   load.decode_tokens -= decode;
 }
@@ -116,6 +122,7 @@ void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, int64_t) {
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {
   std::lock_guard lock(mu_);
   endpoints_[endpoint].load.decode_tokens -= n;
+  endpoints_[endpoint].load.live_context_tokens += n;
 }
 
 void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {

@@ -42,6 +42,7 @@ class DispatchGuard {
   int64_t prefill_ = 0;
   int64_t decode_ = 0;
   int64_t context_ = 0;
+  int64_t live_ = 0;  // input + output so far (EndpointLoad::live_context_tokens share)
   bool decoding_ = false;
 };
 
@@ -113,7 +114,7 @@ class PoolRouter {
     EndpointLoad load;
     bool healthy = true;
   };
-  void release(size_t endpoint, int64_t prefill, int64_t decode, int64_t context, bool decoding);
+  void release(size_t endpoint, int64_t prefill, int64_t decode, int64_t context, int64_t live, bool decoding);
   void move_to_decode(size_t endpoint, int64_t prefill, int64_t decode);
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;
