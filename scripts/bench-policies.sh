@@ -4,7 +4,11 @@
 # and <name>-*.png (gnuplot).
 #
 # usage: scripts/bench-policies.sh [suite...]     suites: llmd8 llmd64 sglang8 sglang64 mixes tenants quick
+#        hard (issue 13's suite: hot, agent, tool, kvp, burst, costmix at 8, 32 and 64 replicas),
+#        or one of its parts: hot8 hot32 hot64 agent8 agent32 agent64 tool8 tool32 tool64 kvp8 kvp32
+#        kvp64 burst8 burst32 burst64 costmix8 costmix32 costmix64
 #        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
+#        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,6 +18,34 @@ SEED=${SEED:-1}
 out=$root/bench/results
 mkdir -p "$out"
 ALL=round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle
+HARD=round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice
+HARD_REQUESTS=${HARD_REQUESTS:-2000}
+
+# hard PART REPLICAS RATES-PER-8-REPLICAS FLAGS...: one part of the hard suite; the rates scale with
+# the replica count (given for 8 replicas), the requests with sqrt of it.
+hard() {
+  local part=$1 n=$2 rates8=$3
+  shift 3
+  local rates
+  rates=$(python3 -c "import sys; n=$n; print(','.join(f'{float(r)*n/8:g}' for r in '$rates8'.split(',')))")
+  local reqs
+  reqs=$(python3 -c "import math; print(int($HARD_REQUESTS*math.sqrt($n/8)))")
+  run "hard-$part$n-s$SEED" "Issue 13 hard suite: $part, $n replicas, seed $SEED" --policy "$HARD" --replicas "$n" \
+    --rates "$rates" --requests "$reqs" "$@"
+}
+
+hard_part() {
+  local part=${1%%[0-9]*} n=${1##*[a-z]}
+  case $part in
+    hot) hard hot "$n" 30,50,70,90,110,130 --workload hot_prefix ;;
+    agent) hard agent "$n" 4,6,8,10,12,14 --workload "agent_sessions,sessions=$((n * 8))" ;;
+    tool) hard tool "$n" 30,50,70,90,110,130 --workload tool_agent ;;
+    kvp) hard kvp "$n" 30,50,70,90,110,130 --workload "kv_pressure,prefixes=$((n * 150))" --kv-blocks 12000 ;;
+    burst) hard burst "$n" 30,50,70,90,110,130 --workload fan_out --arrival gamma --burstiness 0.25 ;;
+    costmix) hard costmix "$n" 20,40,60,80,100 --workload cost_mix ;;
+    *) echo "unknown hard part $1" >&2; exit 2 ;;
+  esac
+}
 
 # run NAME TITLE FLAGS...: one fleetsim invocation + its report.
 run() {
@@ -73,6 +105,9 @@ suite() {
       run tenants-light-fair-4 "Light tenants (noisy x30) at saturation, VTC queue + fair shares, 4 replicas" \
         --policy least_request,sluice --replicas 4 --workload tenants,factor=30,input=300,output=50 \
         --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --tenants ;;
+    hard)
+      for n in 8 32 64; do for p in hot agent tool kvp burst costmix; do hard_part "$p$n"; done; done ;;
+    hot[0-9]*|agent[0-9]*|tool[0-9]*|kvp[0-9]*|burst[0-9]*|costmix[0-9]*) hard_part "$1" ;;
     *) echo "unknown suite $1" >&2; exit 2 ;;
   esac
 }

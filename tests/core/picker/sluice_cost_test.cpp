@@ -196,8 +196,8 @@ TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointIsCrowded) {
   SluicePolicy p({}, PoolKind::chat);
   FakePool pool(2);
   p.on_endpoints_reset(2);
-  std::string t(24000, 'h');
-  auto req = testing::chat(t + std::string(400, 'q'), -1, 200);
+  const std::string t = std::string(24000, 'h') + std::string(400, 'q');  // a 6000-token prefix + question
+  auto req = testing::chat(t, -1, 200);
   p.on_dispatch(req, 1, Time{});
   auto first = [&] { return testing::rank(p, pool, req)[0].endpoint; };
   set_batch(pool, 0, 20);

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Issue 13's acceptance check over `sluice fleetsim --json-out` files (one JSON object per run).
+
+usage: acceptance.py FILE.json... [--md OUT.md]
+
+Per file (one workload x replica count x seed, every policy on the same requests):
+  r90  = the lowest rate of the sweep where round_robin's goodput falls below 90% of the offered rate
+  checked rates = the sweep's rates <= 1.5 x r90 (all of them when round_robin never falls below)
+  at each checked rate: sluice goodput >= 0.98 x the best other non-oracle policy's goodput, and
+  sluice TTFT p90 <= 1.05 x the lowest other non-oracle TTFT p90 ("the default never loses");
+  the win: sluice's best goodput ratio over the best other at any rate of the sweep, and the
+  ratio of highest sustainable rates (goodput >= 95% of offered).
+"""
+import argparse
+import json
+from collections import defaultdict
+
+OTHERS = ["round_robin", "random", "least_request", "power_of_two", "cache_aware", "llmd_default"]
+
+
+def load(path):
+    runs = [json.loads(l) for l in open(path) if l.strip()]
+    t = defaultdict(dict)
+    for r in runs:
+        t[r["policy"]][r["offered_rate"]] = r
+    return runs, t
+
+
+def gp(run):
+    return run["figures"]["goodput_rps"]
+
+
+def p90(run):
+    return run["figures"]["ttft_s"]["p90"] or 0.0
+
+
+def sustainable(runs):
+    best = 0.0
+    for rate, run in sorted(runs.items()):
+        if gp(run) >= 0.95 * rate:
+            best = rate
+        else:
+            break
+    return best
+
+
+def check(path):
+    runs, t = load(path)
+    if "sluice" not in t or "round_robin" not in t:
+        return None
+    rates = sorted(t["sluice"])
+    rr = t["round_robin"]
+    r90 = next((r for r in sorted(rr) if gp(rr[r]) < 0.9 * r), None)
+    limit = 1.5 * r90 if r90 else float("inf")
+    rows, fails = [], []
+    best_gain = (0.0, None, None)
+    for rate in rates:
+        s = t["sluice"][rate]
+        others = [(p, t[p][rate]) for p in OTHERS if p in t and rate in t[p]]
+        if not others:
+            continue
+        bg_name, bg = max(others, key=lambda x: gp(x[1]))
+        bt_name, bt = min(others, key=lambda x: p90(x[1]))
+        g_ratio = gp(s) / gp(bg) if gp(bg) > 0 else float("inf")
+        t_ratio = p90(s) / p90(bt) if p90(bt) > 0 else float("inf")
+        checked = rate <= limit
+        ok = g_ratio >= 0.98 and t_ratio <= 1.05
+        if checked and not ok:
+            fails.append(rate)
+        if g_ratio > best_gain[0]:
+            best_gain = (g_ratio, rate, bg_name)
+        orc = t.get("oracle", {}).get(rate)
+        rows.append((rate, checked, gp(s), bg_name, gp(bg), g_ratio, p90(s), bt_name, p90(bt), t_ratio, ok,
+                     gp(orc) if orc else None))
+    sus = {p: sustainable(t[p]) for p in OTHERS + ["sluice"] if p in t}
+    best_other_sus = max((v, p) for p, v in sus.items() if p != "sluice")
+    first = runs[0]
+    return dict(path=path, workload=first["workload"].split(", poisson")[0].split(", gamma")[0],
+                replicas=first["replicas"], seed=first["seed"], arrivals=first["arrivals"].split(" ")[0],
+                r90=r90, rows=rows, fails=fails, best_gain=best_gain, sus=sus["sluice"], best_other_sus=best_other_sus)
+
+
+def md(res):
+    out = []
+    for r in res:
+        out.append(f"### {r['workload']} ({r['arrivals']}), {r['replicas']} replicas, seed {r['seed']}")
+        out.append("")
+        r90 = f"{r['r90']:g} req/s" if r['r90'] else "not reached"
+        out.append(f"round_robin below 90% goodput from: {r90}; checked rates: up to 1.5x that.")
+        out.append("")
+        out.append("| rate | checked | sluice goodput | best other goodput | ratio | sluice TTFT p90 | best other TTFT p90 | ratio | ok | oracle goodput |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for (rate, checked, sg, bgn, bg, gr, st, btn, bt, tr, ok, og) in r["rows"]:
+            out.append(f"| {rate:g} | {'yes' if checked else 'no'} | {sg:.1f} | {bgn} {bg:.1f} | {gr:.2f} | "
+                       f"{st*1000:.0f} ms | {btn} {bt*1000:.0f} ms | {tr:.2f} | {'ok' if ok else '**LOSES**'} | "
+                       f"{'-' if og is None else f'{og:.1f}'} |")
+        g, rate, name = r["best_gain"]
+        bos, bon = r["best_other_sus"]
+        sus_ratio = r["sus"] / bos if bos else float("inf")
+        out.append("")
+        out.append(f"Win: best goodput ratio {g:.2f}x vs {name} at {rate:g} req/s; sustainable rate (goodput >= 95%) "
+                   f"sluice {r['sus']:g} vs {bon} {bos:g} ({sus_ratio:.2f}x). "
+                   f"Never-loses: {'met' if not r['fails'] else 'NOT met at ' + ', '.join(f'{x:g}' for x in r['fails'])}.")
+        out.append("")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--md")
+    a = ap.parse_args()
+    res = [r for r in (check(f) for f in a.files) if r]
+    text = md(res)
+    print(text)
+    if a.md:
+        open(a.md, "w").write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
