@@ -30,6 +30,7 @@ struct EngineSignals {
 struct EndpointLoad {
   int64_t in_flight = 0;            // requests dispatched and not yet finished
   int64_t prefill_tokens = 0;       // uncached input tokens of requests not yet past first token
+  double prefill_pairs = 0;         // their prefill attention token pairs, sum of U x (C + U / 2)
   int64_t decode_tokens = 0;        // remaining output bound of requests past first token
   int64_t assigned_since_scrape = 0;  // dispatches since the last successful scrape
   int64_t picks_total = 0;

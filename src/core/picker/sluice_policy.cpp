@@ -20,6 +20,8 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.chunk_tokens = std::max(1.0, p.get("chunk_tokens", s.chunk_tokens));
   s.kv_risk_start = std::clamp(p.get("kv_risk_start", s.kv_risk_start), 0.0, 0.99);
   s.kv_limit = p.get("kv_limit", s.kv_limit);
+  s.ttft_slo_ms = p.get("ttft_slo_ms", s.ttft_slo_ms);
+  s.itl_slo_ms = p.get("itl_slo_ms", s.itl_slo_ms);
   s.queue_limit = p.get("queue_limit", s.queue_limit);
   s.adapter_load_ms = p.get("adapter_load_ms", s.adapter_load_ms);
   s.adapter_wait_ms = p.get("adapter_wait_ms", s.adapter_wait_ms);
@@ -39,7 +41,7 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
   const double tokens = in.queue_tokens + U;
   const double n = std::max(1.0, std::ceil(tokens / p.chunk_tokens));
   c.ttft_ms = std::max(n * p.w_ms, p.beta_ms * (tokens + n * D)) + n * (p.c0_ms + p.delta_ms * D + p.gamma_ms * K) +
-              attention;
+              p.eps_ms * in.queue_pairs + attention;
   // Decode: our own tokens at the batch we join, and the slowdown of the batch while we are in it.
   auto step = [&](double b, double k) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b + p.gamma_ms * k; };
   if (O > 0) {
@@ -59,6 +61,38 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
   return c;
 }
 
+double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in) {
+  const double D = in.decoding, b = in.decoding + in.queued + 1, O = std::max(1.0, in.output);
+  const double U = std::max(0.0, in.input - in.cached);
+  const double step = p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b +
+                      p.gamma_ms * (in.kv_read + in.input + in.output / 2);
+  // This request's own prefill, spread over the O tokens the batch produces alongside it.
+  const double own_prefill = (std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) +
+                              p.eps_ms * U * (in.cached + U / 2)) / O;
+  return step / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9)) + own_prefill;
+}
+
+bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const SluiceCost& c) {
+  return c.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || sluice_itl_ms(p, in) <= p.itl_slo_ms);
+}
+
+// Smoothing of the measured prefill rate: an exponential average with a 2 s time constant,
+// sampled at most every 100 ms (so a burst inside one sample does not swing it).
+double SluicePolicy::prefill_duty(const EndpointView& v, Time now) {
+  if (v.index >= rates_.size()) rates_.resize(v.index + 1);
+  PrefillRate& r = rates_[v.index];
+  const int64_t total = v.load->input_tokens_total - v.load->predicted_cached_tokens_total;
+  if (r.last_total < 0 || total < r.last_total) {
+    r = PrefillRate{total, now, 0.0};
+  } else if (const double dt = to_millis(now - r.last); dt >= 100.0) {
+    const double a = dt / (dt + 2000.0);
+    r.per_ms += a * (static_cast<double>(total - r.last_total) / dt - r.per_ms);
+    r.last_total = total;
+    r.last = now;
+  }
+  return std::min(0.9, params_.beta_ms * r.per_ms);
+}
+
 SluicePolicy::SluicePolicy(SluiceParams params, PoolKind kind)
     : params_(params),
       kind_(kind),
@@ -72,7 +106,7 @@ double SluicePolicy::output_of(const PickRequest& req) const {
   return std::min(o, params_.max_output_tokens);
 }
 
-void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView> endpoints) {
+void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now) {
   const SluiceParams& p = params_;
   const bool embed = embedding(req);
   std::span<const uint32_t> matched;
@@ -110,22 +144,31 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     in.kv_read = nonneg(l.live_context_tokens) + (ext_running + ext_waiting) * mean_context;
     in.remaining = nonneg(l.decode_tokens) + (ext_running + ext_waiting) * mean_output_ / 2;
     in.queue_tokens = nonneg(l.prefill_tokens) + ext_waiting * mean_prompt_;
+    in.queue_pairs = std::max(0.0, l.prefill_pairs) + ext_waiting * mean_prompt_ * mean_prompt_ / 2;
     in.kv_usage = est.kv_usage;
     in.capacity_tokens = est.capacity_tokens;
     if (!req.adapter.empty()) {
       const double a = adapter_locality_score(v, req.adapter);
       in.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
     }
+    in.prefill_duty = prefill_duty(v, now);
     e.cost = sluice_cost(p, in);
+    e.itl_ms = embed ? 0.0 : sluice_itl_ms(p, in);
+    e.meets_slo = sluice_meets_slo(p, in, e.cost);
   }
 }
 
-void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time,
+// An endpoint where the request would miss its SLO scores below every endpoint where it would not.
+constexpr double kMissesSlo = 1e12;
+
+void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                         std::vector<Candidate>& out) {
-  evaluate(req, endpoints);
+  evaluate(req, endpoints, now);
   out.clear();
-  for (size_t i = 0; i < endpoints.size(); ++i)
-    out.push_back({endpoints[i].index, -evals_[i].cost.total(), evals_[i].cached, evals_[i].saturated});
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const Eval& e = evals_[i];
+    out.push_back({endpoints[i].index, -e.cost.total() - (e.meets_slo ? 0.0 : kMissesSlo), e.cached, e.saturated});
+  }
   sort_candidates(out, endpoints, cursor_, pool_size_of(endpoints));  // saturated last
 }
 
@@ -137,9 +180,9 @@ void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time) {
   if (!oracle_) prefix_.learn(req, endpoint);
 }
 
-void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time,
+void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                            std::vector<Explanation>& out) {
-  evaluate(req, endpoints);
+  evaluate(req, endpoints, now);
   out.clear();
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const Eval& e = evals_[i];
@@ -151,7 +194,11 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"prefill_imposed_ms", e.cost.prefill_imposed_ms},
                     {"kv_risk_ms", e.cost.kv_ms},
                     {"adapter_ms", e.cost.adapter_ms},
+                    {"itl_ms", e.itl_ms},
+                    {"prefill_duty", e.in.prefill_duty},
+                    {"meets_slo", e.meets_slo ? 1.0 : 0.0},
                     {"queue_tokens", e.in.queue_tokens},
+                    {"queue_pairs", e.in.queue_pairs},
                     {"decoding", e.in.decoding},
                     {"queued", e.in.queued},
                     {"kv_read_tokens", e.in.kv_read},

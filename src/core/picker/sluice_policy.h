@@ -17,10 +17,11 @@
 //         + ext x mean context
 //   R     output tokens the batch still has to produce = own remaining output bounds + ext x mean
 //         output / 2
-//   Q     prefill tokens queued ahead = own uncached prefill in flight + ext waiting x mean prompt
+//   Q     prefill tokens queued ahead = own uncached prefill in flight + ext waiting x mean prompt;
+//         Q2 their attention token pairs (own accounting: sum of U (C + U / 2) at dispatch)
 //   step(b, k) = C0 + max(W, beta b) + delta b + gamma k    (one decode step of b sequences)
 //
-//   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps U (C + U / 2),
+//   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
 //             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
 //             decode interleaved, our own uncached prefill and its attention)
 //   decode_ms = O x step(B + 1, K + c),  c = I + O / 2 (this request's mean context while decoding)
@@ -43,6 +44,16 @@
 // in the own accounting at once (B, K, R, Q), so copies stay on the warm endpoint while it absorbs
 // them and spill over when its batch makes them dearer than a cold prefill.
 //
+// The SLO (goodput: TTFT <= ttft_slo_ms, ITL <= itl_slo_ms): latency summed over requests is the
+// currency, but a request that misses its SLO is lost whatever it cost, so endpoints where this
+// request would miss it rank after those where it would not (then by cost among each):
+//   itl_ms = step(B + 1, K + c) / (1 - rho) + (max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2)) / O:
+//            the decode step it joins, stretched by the endpoint's prefill duty rho = min(0.9, beta x
+//            uncached tokens dispatched there per ms, from the own accounting (input - predicted cached
+//            tokens), smoothed over ~2 s), plus its own prefill spread over the tokens the batch
+//            produces alongside it (a cold copy of a long prefix stalls the batch it lands in)
+//   it misses when itl_ms > itl_slo_ms or ttft_ms > ttft_slo_ms. The same step time is the batch's:
+//   an endpoint it would push past the ITL SLO is one where it misses too.
 // saturated: waiting (staleness rule) >= queue_limit or KV usage >= kv_limit; saturated endpoints
 // rank after all others. Ties: fewer assignments since scrape, fewer in flight, then rotation.
 // Embedding requests or pools: no prefix reuse and no decode, U = I, O = 0: least load in time.
@@ -50,7 +61,8 @@
 // Defaults: the cost parameters are the default engine profile's (engine-cost-model.md, Llama-3-8B
 // on H100: c0_ms 2, w_ms 5.5, beta_ms 0.022, delta_ms 0.02, gamma_ms 5e-5, eps_ms 1.5e-6,
 // chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
-// cache_config_info. Policy knobs: kv_risk_start 0.8, kv_limit 0.97, queue_limit 64,
+// cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
+// them to the service's own). Policy knobs: kv_risk_start 0.8, kv_limit 0.97, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -69,6 +81,7 @@ struct SluiceParams {
   double c0_ms = 2.0, w_ms = 5.5, beta_ms = 0.022, delta_ms = 0.02, gamma_ms = 5e-5, eps_ms = 1.5e-6;
   double chunk_tokens = 8192;
   double kv_risk_start = 0.8, kv_limit = 0.97;
+  double ttft_slo_ms = 1000, itl_slo_ms = 50;
   double queue_limit = 64;
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;
@@ -90,10 +103,16 @@ struct SluiceInputs {
   double decoding = 0, queued = 0;              // D, P
   double kv_read = 0, remaining = 0;            // K, R
   double queue_tokens = 0;                      // Q
+  double queue_pairs = 0;                       // Q's prefill attention pairs, sum U (C + U / 2)
   double kv_usage = 0, capacity_tokens = 1;     // u, KV capacity in tokens
   double adapter_ms = 0;
+  double prefill_duty = 0;                      // rho
 };
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in);
+// The inter-token latency the request would see (and impose on its batch), itl_ms above.
+double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in);
+// True when the request would meet the SLO on this endpoint.
+bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const SluiceCost& c);
 
 // True cached tokens of `req` on pool endpoint `endpoint` (the oracle hook).
 using CachedTokensOracle = std::function<int64_t(size_t endpoint, const PickRequest& req)>;
@@ -105,7 +124,10 @@ class SluicePolicy : public Policy {
   void rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
             std::vector<Candidate>& out) override;
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
-  void on_endpoints_reset(size_t count) override { prefix_.reset(count); }
+  void on_endpoints_reset(size_t count) override {
+    prefix_.reset(count);
+    rates_.assign(count, PrefillRate{});
+  }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
 
@@ -124,9 +146,17 @@ class SluicePolicy : public Policy {
     SluiceInputs in;
     SluiceCost cost;
     int64_t cached = 0;
-    bool fresh = false, saturated = false;
+    double itl_ms = 0;
+    bool fresh = false, saturated = false, meets_slo = true;
   };
-  void evaluate(const PickRequest& req, std::span<const EndpointView> endpoints);
+  // Uncached tokens dispatched to one endpoint per ms, smoothed (the prefill duty's input).
+  struct PrefillRate {
+    int64_t last_total = -1;
+    Time last{};
+    double per_ms = 0;
+  };
+  void evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now);
+  double prefill_duty(const EndpointView& v, Time now);
   bool embedding(const PickRequest& req) const { return kind_ == PoolKind::embedding || req.kind == ApiKind::embedding; }
   double output_of(const PickRequest& req) const;
 
@@ -136,6 +166,7 @@ class SluicePolicy : public Policy {
   double mean_prompt_, mean_output_;
   size_t cursor_ = 0;
   std::vector<Eval> evals_;
+  std::vector<PrefillRate> rates_;  // by endpoint index
 };
 
 }  // namespace sluice

@@ -146,8 +146,9 @@ TEST(SluiceCost, AdapterTermIsPassedThrough) {
   in.capacity_tokens = 1e6;
   in.adapter_ms = 30;
   EXPECT_EQ(sluice_cost(kP, in).adapter_ms, 30);
-  EXPECT_NEAR(sluice_cost(kP, in).total() - 30, sluice_cost(kP, SluiceInputs{10, 0, 0, 0, 0, 0, 0, 0, 0, 1e6, 0}).total(),
-              1e-9);
+  SluiceInputs none = in;
+  none.adapter_ms = 0;
+  EXPECT_NEAR(sluice_cost(kP, in).total() - 30, sluice_cost(kP, none).total(), 1e-9);
 }
 
 // The policy's inputs from the endpoint's own accounting and fresh signals.
@@ -240,6 +241,89 @@ TEST(SluicePolicyBehaviour, BurstOfOnePromptStaysTogetherWhileTheWarmEndpointAbs
   EXPECT_EQ(large.size(), 4u);
   EXPECT_GE(large[1], 40);
   for (size_t e : {0u, 2u, 3u}) EXPECT_GE(large[e], 20) << e;
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(SluiceCost, QueuedPrefillAttentionCountsInTtft) {
+  SluiceInputs in;
+  in.input = 100;
+  in.output = 10;
+  in.capacity_tokens = 1e6;
+  in.queue_tokens = 100000;  // a 100k-token document ahead: its attention dwarfs its linear layers
+  const double without = sluice_cost(kP, in).ttft_ms;
+  in.queue_pairs = 100000.0 * 50000.0;
+  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms - without, 1.5e-6 * 100000.0 * 50000.0, 1e-6);
+}
+
+TEST(SluiceSlo, ItlIsTheStepItJoinsStretchedByPrefillDutyPlusItsOwnPrefill) {
+  SluiceInputs in;
+  in.input = 2000;
+  in.cached = 2000;
+  in.output = 100;
+  in.decoding = 50;
+  in.kv_read = 50 * 4000;
+  in.capacity_tokens = 1e9;
+  const double step = engine_step(51, 50 * 4000 + 2050);
+  EXPECT_NEAR(sluice_itl_ms(kP, in), step, 1e-9);
+  in.prefill_duty = 0.5;
+  EXPECT_NEAR(sluice_itl_ms(kP, in), 2 * step, 1e-9);
+  in.prefill_duty = 5;  // capped at 0.9
+  EXPECT_NEAR(sluice_itl_ms(kP, in), 10 * step, 1e-9);
+  in.prefill_duty = 0;
+  in.cached = 0;  // cold: its 2000-token prefill lands in the batch's steps
+  EXPECT_NEAR(sluice_itl_ms(kP, in), step + (0.022 * 2050 - 5.5 + 1.5e-6 * 2000 * 1000) / 100, 1e-9);
+}
+
+TEST(SluiceSlo, MissingTheSloRanksLastWhateverTheCost) {
+  SluiceInputs in;
+  in.input = 1000;
+  in.output = 100;
+  in.capacity_tokens = 1e9;
+  SluiceCost c = sluice_cost(kP, in);
+  EXPECT_TRUE(sluice_meets_slo(kP, in, c));
+  in.decoding = 100;
+  in.kv_read = 100 * 9000;  // 45 ms of KV read per step: past the 50 ms ITL SLO
+  c = sluice_cost(kP, in);
+  EXPECT_GT(sluice_itl_ms(kP, in), 50);
+  EXPECT_FALSE(sluice_meets_slo(kP, in, c));
+  in = SluiceInputs{};
+  in.input = 1000;
+  in.output = 100;
+  in.capacity_tokens = 1e9;
+  in.queue_tokens = 60000;  // > 1 s of prefill queued ahead
+  c = sluice_cost(kP, in);
+  EXPECT_GT(c.ttft_ms, 1000);
+  EXPECT_FALSE(sluice_meets_slo(kP, in, c));
+
+  // In the policy: an endpoint holding the prefix whose batch is past the ITL SLO loses to a cold
+  // one where the request meets it, although its cost (no prefill) is lower.
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  p.on_endpoints_reset(2);
+  const std::string t(8000, 'w');
+  auto req = testing::chat(t, -1, 100);
+  p.on_dispatch(req, 1, Time{});
+  pool.loads[1].in_flight = 100;
+  pool.loads[1].live_context_tokens = 100 * 9000;
+  pool.loads[1].decode_tokens = 100 * 20;
+  pool.loads[0].in_flight = 60;
+  pool.loads[0].live_context_tokens = 60 * 9000;
+  pool.loads[0].decode_tokens = 60 * 20;
+  std::vector<Explanation> ex;
+  auto v = pool.views();
+  p.explain(req, v, Time{}, ex);
+  std::map<std::string_view, double> t0, t1;
+  for (auto& x : ex[0].terms) t0[x.name] = x.value;
+  for (auto& x : ex[1].terms) t1[x.name] = x.value;
+  ASSERT_LT(t1["cost_ms"], t0["cost_ms"]);
+  ASSERT_EQ(t1["meets_slo"], 0);
+  ASSERT_EQ(t0["meets_slo"], 1);
+  EXPECT_EQ(testing::rank(p, pool, req)[0].endpoint, 0u);
 }
 
 }  // namespace
