@@ -19,17 +19,18 @@ out=$root/bench/results
 mkdir -p "$out"
 ALL=round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle
 HARD=round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice
-HARD_REQUESTS=${HARD_REQUESTS:-2000}
+HARD_REQUESTS=${HARD_REQUESTS:-3000}
 
 # hard PART REPLICAS RATES-PER-8-REPLICAS FLAGS...: one part of the hard suite; the rates scale with
-# the replica count (given for 8 replicas), the requests with sqrt of it.
+# the replica count (given for 8 replicas), the requests too (HARD_REQUESTS per 8 replicas, at most
+# 16,000), so every run spans about the same virtual time.
 hard() {
   local part=$1 n=$2 rates8=$3
   shift 3
   local rates
   rates=$(python3 -c "import sys; n=$n; print(','.join(f'{float(r)*n/8:g}' for r in '$rates8'.split(',')))")
   local reqs
-  reqs=$(python3 -c "import math; print(int($HARD_REQUESTS*math.sqrt($n/8)))")
+  reqs=$(python3 -c "print(min(16000, int($HARD_REQUESTS*$n/8)))")
   run "hard-$part$n-s$SEED" "Issue 13 hard suite: $part, $n replicas, seed $SEED" --policy "$HARD" --replicas "$n" \
     --rates "$rates" --requests "$reqs" "$@"
 }
@@ -37,12 +38,19 @@ hard() {
 hard_part() {
   local part=${1%%[0-9]*} n=${1##*[a-z]}
   case $part in
-    hot) hard hot "$n" 30,50,70,90,110,130 --workload hot_prefix ;;
-    agent) hard agent "$n" 4,6,8,10,12,14 --workload "agent_sessions,sessions=$((n * 8))" ;;
-    tool) hard tool "$n" 30,50,70,90,110,130 --workload tool_agent ;;
-    kvp) hard kvp "$n" 30,50,70,90,110,130 --workload "kv_pressure,prefixes=$((n * 150))" --kv-blocks 12000 ;;
-    burst) hard burst "$n" 30,50,70,90,110,130 --workload fan_out --arrival gamma --burstiness 0.25 ;;
-    costmix) hard costmix "$n" 20,40,60,80,100 --workload cost_mix ;;
+    # hot prefix: 50% of requests on one 6k prefix, the rest over 100 groups of 2k
+    hot) hard hot "$n" 40,80,120,160,200 --workload hot_prefix ;;
+    # agent sessions (8 per replica) growing past 16k tokens over 14 turns
+    agent) hard agent "$n" 4,8,12,16,20,24 --workload "agent_sessions,sessions=$((n * 8))" ;;
+    # Mooncake-like tool agent: 200 Zipf-popular 8-16k prefixes, short tails and outputs
+    tool) hard tool "$n" 20,30,40,50,60 --workload tool_agent ;;
+    # KV pressure: 150 prefixes of 3-5k tokens per replica (4.8M tokens at 8) on 12,000-block
+    # replicas (1.5M tokens of KV at 8): the prefixes total ~3x the fleet's KV
+    kvp) hard kvp "$n" 30,45,60,75,90 --workload "kv_pressure,prefixes=$((n * 150))" --kv-blocks 12000 ;;
+    # bursts: 8 identical samples of one 4k-context prompt in a row, gamma arrivals (shape 0.25)
+    burst) hard burst "$n" 30,60,90,120,150 --workload fan_out --arrival gamma --burstiness 0.25 ;;
+    # 100x cost mix: short chats + 1% 50-100k-token documents
+    costmix) hard costmix "$n" 20,40,60,80,100,120 --workload cost_mix ;;
     *) echo "unknown hard part $1" >&2; exit 2 ;;
   esac
 }

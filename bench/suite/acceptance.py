@@ -5,11 +5,15 @@ usage: acceptance.py FILE.json... [--md OUT.md]
 
 Per file (one workload x replica count x seed, every policy on the same requests):
   r90  = the lowest rate of the sweep where round_robin's goodput falls below 90% of the offered rate
+         (goodput as SLO attainment: the share of requests meeting TTFT <= 1 s and ITL <= 50 ms, so a
+         run's drain does not count as lost goodput)
   checked rates = the sweep's rates <= 1.5 x r90 (all of them when round_robin never falls below)
   at each checked rate: sluice goodput >= 0.98 x the best other non-oracle policy's goodput, and
   sluice TTFT p90 <= 1.05 x the lowest other non-oracle TTFT p90 ("the default never loses");
   the win: sluice's best goodput ratio over the best other at any rate of the sweep, and the
-  ratio of highest sustainable rates (goodput >= 95% of offered).
+  ratio of highest sustainable rates (attainment >= 95%).
+  Goodput compared between policies is the fleet simulator's goodput_rps (requests meeting the SLO
+  per second from the first arrival to the last completion); "att" columns give the attainment.
 """
 import argparse
 import json
@@ -34,10 +38,14 @@ def p90(run):
     return run["figures"]["ttft_s"]["p90"] or 0.0
 
 
+def att(run):
+    return run["figures"]["slo_attainment"]
+
+
 def sustainable(runs):
     best = 0.0
     for rate, run in sorted(runs.items()):
-        if gp(run) >= 0.95 * rate:
+        if att(run) >= 0.95:
             best = rate
         else:
             break
@@ -50,7 +58,7 @@ def check(path):
         return None
     rates = sorted(t["sluice"])
     rr = t["round_robin"]
-    r90 = next((r for r in sorted(rr) if gp(rr[r]) < 0.9 * r), None)
+    r90 = next((r for r in sorted(rr) if att(rr[r]) < 0.9), None)
     limit = 1.5 * r90 if r90 else float("inf")
     rows, fails = [], []
     best_gain = (0.0, None, None)
@@ -70,8 +78,9 @@ def check(path):
         if g_ratio > best_gain[0]:
             best_gain = (g_ratio, rate, bg_name)
         orc = t.get("oracle", {}).get(rate)
+        ba = max(att(o) for _, o in others)
         rows.append((rate, checked, gp(s), bg_name, gp(bg), g_ratio, p90(s), bt_name, p90(bt), t_ratio, ok,
-                     gp(orc) if orc else None))
+                     gp(orc) if orc else None, att(s), ba))
     sus = {p: sustainable(t[p]) for p in OTHERS + ["sluice"] if p in t}
     best_other_sus = max((v, p) for p, v in sus.items() if p != "sluice")
     first = runs[0]
@@ -88,20 +97,33 @@ def md(res):
         r90 = f"{r['r90']:g} req/s" if r['r90'] else "not reached"
         out.append(f"round_robin below 90% goodput from: {r90}; checked rates: up to 1.5x that.")
         out.append("")
-        out.append("| rate | checked | sluice goodput | best other goodput | ratio | sluice TTFT p90 | best other TTFT p90 | ratio | ok | oracle goodput |")
+        out.append("| rate | checked | sluice goodput | best other goodput | ratio | sluice TTFT p90 | best other TTFT p90 | ratio | ok | sluice / best other att |")
         out.append("|---|---|---|---|---|---|---|---|---|---|")
-        for (rate, checked, sg, bgn, bg, gr, st, btn, bt, tr, ok, og) in r["rows"]:
+        for (rate, checked, sg, bgn, bg, gr, st, btn, bt, tr, ok, og, sa, ba) in r["rows"]:
             out.append(f"| {rate:g} | {'yes' if checked else 'no'} | {sg:.1f} | {bgn} {bg:.1f} | {gr:.2f} | "
                        f"{st*1000:.0f} ms | {btn} {bt*1000:.0f} ms | {tr:.2f} | {'ok' if ok else '**LOSES**'} | "
-                       f"{'-' if og is None else f'{og:.1f}'} |")
+                       f"{sa*100:.1f}% / {ba*100:.1f}% |")
         g, rate, name = r["best_gain"]
         bos, bon = r["best_other_sus"]
         sus_ratio = r["sus"] / bos if bos else float("inf")
         out.append("")
-        out.append(f"Win: best goodput ratio {g:.2f}x vs {name} at {rate:g} req/s; sustainable rate (goodput >= 95%) "
+        out.append(f"Win: best goodput ratio {g:.2f}x vs {name} at {rate:g} req/s; sustainable rate (attainment >= 95%) "
                    f"sluice {r['sus']:g} vs {bon} {bos:g} ({sus_ratio:.2f}x). "
                    f"Never-loses: {'met' if not r['fails'] else 'NOT met at ' + ', '.join(f'{x:g}' for x in r['fails'])}.")
         out.append("")
+    return "\n".join(out)
+
+
+def summary(res):
+    out = ["| workload | replicas | seed | never loses (checked rates) | failing rates | best goodput ratio | sustainable rate sluice / best other |",
+           "|---|---|---|---|---|---|---|"]
+    for r in res:
+        g, rate, name = r["best_gain"]
+        bos, bon = r["best_other_sus"]
+        nchecked = sum(1 for row in r["rows"] if row[1])
+        out.append(f"| {r['workload'].split(' ')[0]} | {r['replicas']} | {r['seed']} | "
+                   f"{'met' if not r['fails'] else 'NOT met'} ({nchecked}) | {', '.join(f'{x:g}' for x in r['fails']) or '-'} | "
+                   f"{g:.2f}x vs {name} @ {rate:g} | {r['sus']:g} / {bon} {bos:g} |")
     return "\n".join(out)
 
 
@@ -111,7 +133,7 @@ def main():
     ap.add_argument("--md")
     a = ap.parse_args()
     res = [r for r in (check(f) for f in a.files) if r]
-    text = md(res)
+    text = summary(res) + "\n\n" + md(res)
     print(text)
     if a.md:
         open(a.md, "w").write(text + "\n")
