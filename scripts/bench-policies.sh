@@ -20,17 +20,20 @@ mkdir -p "$out"
 ALL=round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle
 HARD=round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice
 HARD_REQUESTS=${HARD_REQUESTS:-3000}
+HARD_MAX_REQUESTS=${HARD_MAX_REQUESTS:-8000}
 
 # hard PART REPLICAS RATES-PER-8-REPLICAS FLAGS...: one part of the hard suite; the rates scale with
 # the replica count (given for 8 replicas), the requests too (HARD_REQUESTS per 8 replicas, at most
-# 16,000), so every run spans about the same virtual time.
+# HARD_MAX_REQUESTS = 8,000: the simulator's cost grows with replicas x virtual time).
 hard() {
   local part=$1 n=$2 rates8=$3
   shift 3
+  local per8=$HARD_REQUESTS
+  if [ "$part" = agent ]; then per8=$((HARD_REQUESTS / 2)); fi  # long sessions: half the requests
   local rates
   rates=$(python3 -c "import sys; n=$n; print(','.join(f'{float(r)*n/8:g}' for r in '$rates8'.split(',')))")
   local reqs
-  reqs=$(python3 -c "print(min(16000, int($HARD_REQUESTS*$n/8)))")
+  reqs=$(python3 -c "print(min($HARD_MAX_REQUESTS, int($per8*$n/8)))")
   run "hard-$part$n-s$SEED" "Issue 13 hard suite: $part, $n replicas, seed $SEED" --policy "$HARD" --replicas "$n" \
     --rates "$rates" --requests "$reqs" "$@"
 }
@@ -41,7 +44,8 @@ hard_part() {
     # hot prefix: 50% of requests on one 6k prefix, the rest over 100 groups of 2k
     hot) hard hot "$n" 40,80,120,160,200 --workload hot_prefix ;;
     # agent sessions (8 per replica) growing past 16k tokens over 14 turns
-    agent) hard agent "$n" 4,8,12,16,20,24 --workload "agent_sessions,sessions=$((n * 8))" ;;
+    agent) if [ "$n" -le 8 ]; then r=4,8,12,16,20,24; else r=8,12,16,20,24; fi
+      hard agent "$n" "$r" --workload "agent_sessions,sessions=$((n * 8))" ;;
     # Mooncake-like tool agent: 200 Zipf-popular 8-16k prefixes, short tails and outputs
     tool) hard tool "$n" 20,30,40,50,60 --workload tool_agent ;;
     # KV pressure: 150 prefixes of 3-5k tokens per replica (4.8M tokens at 8) on 12,000-block

@@ -22,6 +22,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.kv_limit = p.get("kv_limit", s.kv_limit);
   s.ttft_slo_ms = p.get("ttft_slo_ms", s.ttft_slo_ms);
   s.itl_slo_ms = p.get("itl_slo_ms", s.itl_slo_ms);
+  s.decode_price = p.get("decode_price", s.decode_price);
   s.queue_limit = p.get("queue_limit", s.queue_limit);
   s.adapter_load_ms = p.get("adapter_load_ms", s.adapter_load_ms);
   s.adapter_wait_ms = p.get("adapter_wait_ms", s.adapter_wait_ms);
@@ -47,8 +48,17 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
   if (O > 0) {
     const double ctx = in.input + O / 2;
     const double with = step(B + 1, K + ctx);
-    c.decode_ms = O * with;
-    c.interference_ms = std::min(in.remaining, B * O) * (with - step(B, K));
+    if (p.decode_price == 1) {
+      // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
+      const double stretch = 1.0 / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9));
+      const double lag1 = std::max(0.0, with * stretch - p.itl_slo_ms);
+      const double lag0 = std::max(0.0, step(B, K) * stretch - p.itl_slo_ms);
+      c.decode_ms = O * lag1;
+      c.interference_ms = std::min(in.remaining, B * O) * (lag1 - lag0);
+    } else {
+      c.decode_ms = O * with;
+      c.interference_ms = std::min(in.remaining, B * O) * (with - step(B, K));
+    }
   }
   // Our prefill's share of the steps the others run in.
   if (U > 0 && B > 0)

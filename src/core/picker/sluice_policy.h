@@ -82,6 +82,7 @@ struct SluiceParams {
   double chunk_tokens = 8192;
   double kv_risk_start = 0.8, kv_limit = 0.97;
   double ttft_slo_ms = 1000, itl_slo_ms = 50;
+  double decode_price = 0;  // 0: decode time in ms; 1: only its lag behind the ITL SLO's pace
   double queue_limit = 64;
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;
