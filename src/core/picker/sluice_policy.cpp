@@ -48,7 +48,7 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
   if (O > 0) {
     const double ctx = in.input + O / 2;
     const double with = step(B + 1, K + ctx);
-    if (p.decode_price >= 1) {
+    if (p.decode_price == 1) {
       // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
       const double stretch = 1.0 / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9));
       const double lag1 = std::max(0.0, with * stretch - p.itl_slo_ms);
@@ -63,14 +63,7 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
   // Our prefill's share of the steps the others run in.
   if (U > 0 && B > 0) {
     const double stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
-    if (p.decode_price >= 2) {
-      // Decoders' share only when their stream is behind the SLO pace; the queue's in full.
-      const double stretch = 1.0 / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9));
-      const double behind = step(B, K) * stretch > p.itl_slo_ms ? 1.0 : 0.0;
-      c.prefill_imposed_ms = (in.queued + behind * D) * stall;
-    } else {
-      c.prefill_imposed_ms = B * stall;
-    }
+    c.prefill_imposed_ms = B * stall;
   }
   // KV pressure: a preemption's recompute stalls the batch.
   const double after = in.kv_usage + (U + O) / std::max(1.0, in.capacity_tokens);

@@ -16,6 +16,13 @@ namespace {
 using testing::FakePool;
 
 const SluiceParams kP{};
+// Decode priced in plain ms (decode_price 0), to check the step-time terms themselves.
+SluiceParams plain_ms() {
+  SluiceParams p;
+  p.decode_price = 0;
+  return p;
+}
+const SluiceParams kPlain = plain_ms();
 
 // One decode step of the engine's cost model (no prefill in the step).
 double engine_step(double seqs, double kv_read) {
@@ -44,7 +51,8 @@ TEST(SluiceCost, IdleEndpoint) {
   in.input = 1000;
   in.output = 100;
   in.capacity_tokens = 432000;
-  const SluiceCost c = sluice_cost(kP, in);
+  const SluiceCost c = sluice_cost(kPlain, in);
+  EXPECT_EQ(sluice_cost(kP, in).decode_ms, 0);  // alone, far faster than the SLO's pace: no lag
   // One prefill step of 1000 tokens: max(W, beta x 1000) + C0 + attention eps x 1000 x 500.
   EXPECT_NEAR(c.ttft_ms, 22.0 + 2.0 + 1.5e-6 * 1000 * 500, 1e-9);
   // 100 tokens alone, at the engine's step time for one sequence reading its mean context.
@@ -81,7 +89,7 @@ TEST(SluiceCost, DecodeRunsAtTheBatchItJoins) {
   in.queued = 10;
   in.kv_read = 300000;
   in.capacity_tokens = 1e9;
-  const SluiceCost c = sluice_cost(kP, in);
+  const SluiceCost c = sluice_cost(kPlain, in);
   EXPECT_NEAR(c.decode_ms, 200 * engine_step(51, 300000 + 2100), 1e-9);
 }
 
@@ -95,16 +103,42 @@ TEST(SluiceCost, InterferenceIsTheOthersRemainingTokensTimesTheStepIncrease) {
   const double inc = engine_step(31, 30 * 8000 + 8050) - engine_step(30, 30 * 8000);
   EXPECT_NEAR(inc, 0.02 + 5e-5 * 8050, 1e-9);  // its batch slot and the KV its attention reads
   in.remaining = 1000;  // the others finish within our decode: all 1000 of their tokens slow down
-  EXPECT_NEAR(sluice_cost(kP, in).interference_ms, 1000 * inc, 1e-9);
+  EXPECT_NEAR(sluice_cost(kPlain, in).interference_ms, 1000 * inc, 1e-9);
   in.remaining = 30 * 500;  // they outlive us: only the 30 x 100 tokens produced alongside ours
-  EXPECT_NEAR(sluice_cost(kP, in).interference_ms, 3000 * inc, 1e-9);
+  EXPECT_NEAR(sluice_cost(kPlain, in).interference_ms, 3000 * inc, 1e-9);
   // Past the weight-read floor every sequence also costs beta per step.
   in.decoding = 400;
   in.kv_read = 0;
   in.remaining = 1e9;
   const double over = engine_step(401, 8050) - engine_step(400, 0);
   EXPECT_NEAR(over, 0.022 + 0.02 + 5e-5 * 8050, 1e-9);
-  EXPECT_NEAR(sluice_cost(kP, in).interference_ms, 400 * 100 * over, 1e-6);
+  EXPECT_NEAR(sluice_cost(kPlain, in).interference_ms, 400 * 100 * over, 1e-6);
+}
+
+TEST(SluiceCost, DecodeIsPricedByItsLagBehindTheSloPace) {
+  SluiceInputs in;
+  in.input = 8000;
+  in.output = 100;
+  in.capacity_tokens = 1e9;
+  in.decoding = 30;
+  in.kv_read = 30 * 8000;
+  in.remaining = 1e9;
+  // A 30-sequence batch at ~22 ms a token keeps the 50 ms pace: no lag, for us or for them.
+  EXPECT_EQ(sluice_cost(kP, in).decode_ms, 0);
+  EXPECT_EQ(sluice_cost(kP, in).interference_ms, 0);
+  in.decoding = 100;
+  in.kv_read = 100 * 8200;  // 41 ms of KV read: ~50.5 ms before us, ~50.9 ms with us
+  const double before = engine_step(100, 820000), with = engine_step(101, 828050);
+  ASSERT_GT(before, 50);
+  EXPECT_NEAR(sluice_cost(kP, in).decode_ms, 100 * (with - 50), 1e-9);
+  EXPECT_NEAR(sluice_cost(kP, in).interference_ms, 100 * 100 * (with - before), 1e-6);
+  in.kv_read = 100 * 8050;  // just under the pace before us, past it with us: only the excess counts
+  const double b2 = engine_step(100, 805000), w2 = engine_step(101, 813050);
+  ASSERT_LT(b2, 50);
+  ASSERT_GT(w2, 50);
+  EXPECT_NEAR(sluice_cost(kP, in).interference_ms, 100 * 100 * (w2 - 50), 1e-6);
+  in.prefill_duty = 0.5;  // prefill takes half the steps: the stream is twice as slow
+  EXPECT_NEAR(sluice_cost(kP, in).decode_ms, 100 * (2 * w2 - 50), 1e-9);
 }
 
 TEST(SluiceCost, PrefillImposedOnTheBatchIsFreeUnderTheWeightFloor) {
@@ -193,8 +227,8 @@ void set_batch(FakePool& pool, size_t e, int64_t n) {
   pool.loads[e].decode_tokens = n * 100;
 }
 
-TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointIsCrowded) {
-  SluicePolicy p({}, PoolKind::chat);
+TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointIsCrowdedPlainMs) {
+  SluicePolicy p(kPlain, PoolKind::chat);
   FakePool pool(2);
   p.on_endpoints_reset(2);
   const std::string t = std::string(24000, 'h') + std::string(400, 'q');  // a 6000-token prefix + question
@@ -214,11 +248,32 @@ TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointIsCrowded) {
   EXPECT_EQ(first(), 1u);
 }
 
+// The default (decode priced by its lag behind the SLO pace): the prefix stays on its endpoint while
+// the batch there keeps the pace, and is copied once it falls behind.
+TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointFallsBehindTheSlo) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  p.on_endpoints_reset(2);
+  const std::string t = std::string(24000, 'h') + std::string(400, 'q');
+  auto req = testing::chat(t, -1, 200);
+  p.on_dispatch(req, 1, Time{});
+  auto first = [&] { return testing::rank(p, pool, req)[0].endpoint; };
+  set_batch(pool, 0, 20);
+  set_batch(pool, 1, 80);  // 80 x 6.2k tokens: ~34 ms a token, within the pace
+  EXPECT_EQ(first(), 1u);
+  set_batch(pool, 1, 150);  // ~56 ms a token: behind it
+  EXPECT_EQ(first(), 0u);
+  p.on_dispatch(req, 0, Time{});
+  set_batch(pool, 1, 20);  // demand fell: both hold it, both keep the pace; the cheaper TTFT wins
+  set_batch(pool, 0, 60);
+  EXPECT_EQ(first(), 1u);
+}
+
 // n samples of one 8k-token prompt inside one scrape interval (fresh, unchanged signals), the
 // prompt warm on endpoint 1 of 4: a small burst stays together there (one prefill, batched
 // decode); a large one spills over, the warm endpoint keeping the largest share.
-std::map<size_t, int> burst_of(int n) {
-  SluicePolicy p({}, PoolKind::chat);
+std::map<size_t, int> burst_of(int n, const SluiceParams& params = {}) {
+  SluicePolicy p(params, PoolKind::chat);
   FakePool pool(4);
   p.on_endpoints_reset(4);
   std::string t(32000, 'b');
@@ -235,12 +290,21 @@ std::map<size_t, int> burst_of(int n) {
 }
 
 TEST(SluicePolicyBehaviour, BurstOfOnePromptStaysTogetherWhileTheWarmEndpointAbsorbsIt) {
+  // Default: together while the warm endpoint keeps the SLO pace and its queue is below the limit
+  // (64 not yet past first token: FakePool never starts them), then the next endpoint takes the rest.
   auto small = burst_of(8);
   EXPECT_EQ(small[1], 8);
   auto large = burst_of(200);
-  EXPECT_EQ(large.size(), 4u);
-  EXPECT_GE(large[1], 40);
-  for (size_t e : {0u, 2u, 3u}) EXPECT_GE(large[e], 20) << e;
+  EXPECT_GE(large[1], 60);
+  EXPECT_LE(large[1], 130);
+  EXPECT_GE(large.size(), 2u);
+  // Decode in plain ms: the decoders' KV reads make copies dearer from the start; 8 still fit, 200
+  // spread over all four.
+  EXPECT_EQ(burst_of(8, kPlain)[1], 8);
+  auto plain = burst_of(200, kPlain);
+  EXPECT_EQ(plain.size(), 4u);
+  EXPECT_GE(plain[1], 40);
+  for (size_t e : {0u, 2u, 3u}) EXPECT_GE(plain[e], 20) << e;
 }
 
 }  // namespace
