@@ -10,6 +10,8 @@
 #        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
 #        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
+#        ONLY=p1,p2: hard suite only: rerun just these policies and replace their rows in the existing
+#        <name>.json (the other policies' rows are kept; the .md then names both commands)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 SLUICE=${SLUICE:-$root/build-release/sluice}
@@ -69,7 +71,30 @@ run() {
   if [ -n "$(git -C "$root" status --porcelain -- src 2>/dev/null)" ]; then rev="$rev + uncommitted changes under src/"; fi
   cmd="$cmd   # source: $rev"
   echo "== $name: $cmd" >&2
-  "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --json-out "$out/$name.json" > "$out/$name.txt"
+  if [ -n "${ONLY:-}" ] && [ -f "$out/$name.json" ]; then
+    # Replace ONLY's rows: the same flags with --policy ONLY.
+    local args=() skip=0 a
+    for a in "$@"; do
+      if [ $skip = 1 ]; then skip=0; continue; fi
+      if [ "$a" = --policy ]; then skip=1; continue; fi
+      args+=("$a")
+    done
+    set -- "${args[@]}"
+    "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --policy "$ONLY" --json-out "$out/$name.only.json" > "$out/$name.only.txt"
+    python3 - "$out/$name.json" "$out/$name.only.json" "$ONLY" <<'PY'
+import json, sys
+path, only, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+keep = [l for l in open(path) if l.strip() and json.loads(l)["policy"] not in names]
+new = [l for l in open(only) if l.strip()]
+open(path, "w").write("".join(keep + new))
+PY
+    rm -f "$out/$name.only.json"
+    cmd="$(cat "$out/$name.cmd" 2>/dev/null || echo "$cmd")
+# then the rows of $ONLY replaced by: sluice fleetsim --seed $SEED $* --policy $ONLY   # source: $rev"
+  else
+    "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --json-out "$out/$name.json" > "$out/$name.txt"
+    echo "$cmd" > "$out/$name.cmd"
+  fi
   python3 "$root/scripts/bench-report.py" "$out/$name.json" --title "$title" --command "$cmd"
 }
 
