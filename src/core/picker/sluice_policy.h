@@ -24,18 +24,15 @@
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
 //             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
 //             decode interleaved, our own uncached prefill and its attention)
-//   itl(b, k) = step(b, k) / (1 - rho): the inter-token latency of a batch, stretched by the
-//             endpoint's prefill duty rho (below)
-//   decode_ms = O x lag(B + 1, K + c),  c = I + O / 2 (this request's mean context while decoding),
-//             lag(b, k) = max(0, itl(b, k) - itl_slo_ms): its own tokens, priced by how far they fall
-//             behind the SLO's pace (a stream at least that fast costs its reader nothing)
-//   interference_ms = min(R, B O) x (lag(B + 1, K + c) - lag(B, K)): the others' tokens produced
-//             while this request decodes, each later by what its batch slot and the KV its attention
-//             reads (gamma x c) add to the step, past the SLO's pace
-//   (decode_price 0 prices decode in plain ms instead: O x step(B + 1, K + c) and
-//    min(R, B O) x (step(B + 1, K + c) - step(B, K)). Measured on the hard suite (bench/results/README.md):
-//    plain ms spreads prefixes at light load for decode time nobody waits for, losing TTFT p90 to
-//    plain affinity on agent sessions and fan-out bursts.)
+//   decode_ms = O x step(B + 1, K + c),  c = I + O / 2 (this request's mean context while decoding)
+//   interference_ms = min(R, B O) x (step(B + 1, K + c) - step(B, K)): the others' tokens produced
+//             while this request decodes, each step longer by its batch slot (delta, and beta past the
+//             weight-read floor) and the KV its attention reads (gamma x c)
+//   (decode_price 1 prices decode only by its lag behind the SLO's pace instead: with
+//    itl(b, k) = step(b, k) / (1 - rho) and lag = max(0, itl - itl_slo_ms), decode_ms = O x
+//    lag(B + 1, K + c) and interference_ms = min(R, B O) x (lag(B + 1, K + c) - lag(B, K)). On the
+//    hard suite (bench/results/README.md) it keeps TTFT p90 at light load on agent sessions and
+//    fan-out bursts, but holds a hot prefix on too few replicas at 32: plain ms is the default.)
 //   prefill_imposed_ms = B x (max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2)): the time
 //             this request's prefill adds to the steps the batch and the queue behind it share
 //             (by Little's law about as many wait behind as ahead); free under the weight-read floor
@@ -45,11 +42,11 @@
 //   adapter_ms = 0 if the adapter is running, adapter_load_ms if it must load into a free slot or is
 //             waiting, adapter_wait_ms if every slot holds another adapter
 //
-// What falls out: a hot prefix stays where it is cached while the batch there keeps the SLO's pace
-// (its decoders then cost nothing extra and a cold prefill elsewhere does); once its batch falls
-// behind, each further request there costs its lag and the lag it adds to the others, and past the
-// SLO the endpoint ranks last (below), so the prefix is copied to another endpoint, paying the cold
-// prefill once. It contracts when demand falls: warm endpoints are the cheapest again. A
+// What falls out: a hot prefix stays where it is cached while its decoders there cost less than a
+// cold prefill elsewhere (prefill_imposed grows with the cold endpoint's batch, interference and
+// decode with the warm one's K and B), and is copied to another endpoint, paying the cold prefill
+// once, when they do, or when the warm endpoint would miss the SLO (below); it contracts when demand
+// falls, because warm endpoints are then the cheapest again. A
 // burst of identical prefixes inside one scrape interval is placed deliberately: every dispatch is
 // in the own accounting at once (B, K, R, Q), so copies stay on the warm endpoint while it absorbs
 // them and spill over when its batch makes them dearer than a cold prefill.
@@ -92,7 +89,7 @@ struct SluiceParams {
   double chunk_tokens = 8192;
   double kv_risk_start = 0.8, kv_limit = 0.97;
   double ttft_slo_ms = 1000, itl_slo_ms = 50;
-  double decode_price = 1;  // 1: decode time as its lag behind the ITL SLO's pace; 0: in plain ms
+  double decode_price = 0;  // 0: decode time in plain ms; 1: only its lag behind the ITL SLO's pace
   double queue_limit = 64;
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;

@@ -16,13 +16,14 @@ namespace {
 using testing::FakePool;
 
 const SluiceParams kP{};
-// Decode priced in plain ms (decode_price 0), to check the step-time terms themselves.
-SluiceParams plain_ms() {
+const SluiceParams kPlain{};  // the default: decode priced in plain ms
+// Decode priced by its lag behind the ITL SLO's pace (decode_price 1).
+SluiceParams lag_priced() {
   SluiceParams p;
-  p.decode_price = 0;
+  p.decode_price = 1;
   return p;
 }
-const SluiceParams kPlain = plain_ms();
+const SluiceParams kLag = lag_priced();
 
 // One decode step of the engine's cost model (no prefill in the step).
 double engine_step(double seqs, double kv_read) {
@@ -52,7 +53,7 @@ TEST(SluiceCost, IdleEndpoint) {
   in.output = 100;
   in.capacity_tokens = 432000;
   const SluiceCost c = sluice_cost(kPlain, in);
-  EXPECT_EQ(sluice_cost(kP, in).decode_ms, 0);  // alone, far faster than the SLO's pace: no lag
+  EXPECT_EQ(sluice_cost(kLag, in).decode_ms, 0);  // alone, far faster than the SLO's pace: no lag
   // One prefill step of 1000 tokens: max(W, beta x 1000) + C0 + attention eps x 1000 x 500.
   EXPECT_NEAR(c.ttft_ms, 22.0 + 2.0 + 1.5e-6 * 1000 * 500, 1e-9);
   // 100 tokens alone, at the engine's step time for one sequence reading its mean context.
@@ -124,21 +125,21 @@ TEST(SluiceCost, DecodeIsPricedByItsLagBehindTheSloPace) {
   in.kv_read = 30 * 8000;
   in.remaining = 1e9;
   // A 30-sequence batch at ~22 ms a token keeps the 50 ms pace: no lag, for us or for them.
-  EXPECT_EQ(sluice_cost(kP, in).decode_ms, 0);
-  EXPECT_EQ(sluice_cost(kP, in).interference_ms, 0);
+  EXPECT_EQ(sluice_cost(kLag, in).decode_ms, 0);
+  EXPECT_EQ(sluice_cost(kLag, in).interference_ms, 0);
   in.decoding = 100;
   in.kv_read = 100 * 8200;  // 41 ms of KV read: ~50.5 ms before us, ~50.9 ms with us
   const double before = engine_step(100, 820000), with = engine_step(101, 828050);
   ASSERT_GT(before, 50);
-  EXPECT_NEAR(sluice_cost(kP, in).decode_ms, 100 * (with - 50), 1e-9);
-  EXPECT_NEAR(sluice_cost(kP, in).interference_ms, 100 * 100 * (with - before), 1e-6);
+  EXPECT_NEAR(sluice_cost(kLag, in).decode_ms, 100 * (with - 50), 1e-9);
+  EXPECT_NEAR(sluice_cost(kLag, in).interference_ms, 100 * 100 * (with - before), 1e-6);
   in.kv_read = 100 * 8050;  // just under the pace before us, past it with us: only the excess counts
   const double b2 = engine_step(100, 805000), w2 = engine_step(101, 813050);
   ASSERT_LT(b2, 50);
   ASSERT_GT(w2, 50);
-  EXPECT_NEAR(sluice_cost(kP, in).interference_ms, 100 * 100 * (w2 - 50), 1e-6);
+  EXPECT_NEAR(sluice_cost(kLag, in).interference_ms, 100 * 100 * (w2 - 50), 1e-6);
   in.prefill_duty = 0.5;  // prefill takes half the steps: the stream is twice as slow
-  EXPECT_NEAR(sluice_cost(kP, in).decode_ms, 100 * (2 * w2 - 50), 1e-9);
+  EXPECT_NEAR(sluice_cost(kLag, in).decode_ms, 100 * (2 * w2 - 50), 1e-9);
 }
 
 TEST(SluiceCost, PrefillImposedOnTheBatchIsFreeUnderTheWeightFloor) {
@@ -248,10 +249,10 @@ TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointIsCrowdedPlainMs) {
   EXPECT_EQ(first(), 1u);
 }
 
-// The default (decode priced by its lag behind the SLO pace): the prefix stays on its endpoint while
-// the batch there keeps the pace, and is copied once it falls behind.
-TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointFallsBehindTheSlo) {
-  SluicePolicy p({}, PoolKind::chat);
+// Decode priced by its lag behind the SLO pace: the prefix stays on its endpoint while the batch
+// there keeps the pace, and is copied once it falls behind.
+TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointFallsBehindTheSloLagPriced) {
+  SluicePolicy p(kLag, PoolKind::chat);
   FakePool pool(2);
   p.on_endpoints_reset(2);
   const std::string t = std::string(24000, 'h') + std::string(400, 'q');
@@ -290,16 +291,16 @@ std::map<size_t, int> burst_of(int n, const SluiceParams& params = {}) {
 }
 
 TEST(SluicePolicyBehaviour, BurstOfOnePromptStaysTogetherWhileTheWarmEndpointAbsorbsIt) {
-  // Default: together while the warm endpoint keeps the SLO pace and its queue is below the limit
+  // Lag-priced: together while the warm endpoint keeps the SLO pace and its queue is below the limit
   // (64 not yet past first token: FakePool never starts them), then the next endpoint takes the rest.
-  auto small = burst_of(8);
+  auto small = burst_of(8, kLag);
   EXPECT_EQ(small[1], 8);
-  auto large = burst_of(200);
+  auto large = burst_of(200, kLag);
   EXPECT_GE(large[1], 60);
   EXPECT_LE(large[1], 130);
   EXPECT_GE(large.size(), 2u);
-  // Decode in plain ms: the decoders' KV reads make copies dearer from the start; 8 still fit, 200
-  // spread over all four.
+  // The default, decode in plain ms: the decoders' KV reads make copies dearer from the start; 8
+  // still fit, 200 spread over all four.
   EXPECT_EQ(burst_of(8, kPlain)[1], 8);
   auto plain = burst_of(200, kPlain);
   EXPECT_EQ(plain.size(), 4u);
