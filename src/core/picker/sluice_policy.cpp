@@ -166,7 +166,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     in.prefill_duty = prefill_duty(v, now);
     e.cost = sluice_cost(p, in);
     e.itl_ms = embed ? 0.0 : sluice_itl_ms(p, in);
-    e.meets_slo = sluice_meets_slo(p, in, e.cost);
+    e.meets_slo = e.cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || e.itl_ms <= p.itl_slo_ms);
   }
 }
 
