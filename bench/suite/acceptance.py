@@ -127,13 +127,39 @@ def summary(res):
     return "\n".join(out)
 
 
+def compact(res):
+    """One row per workload, one column per (replicas, seed): never-loses, then the best goodput ratio."""
+    cols = sorted({(r["replicas"], r["seed"]) for r in res})
+    names = sorted({r["workload"].split(" ")[0] for r in res})
+    out = ["| workload | " + " | ".join(f"{n} rep, seed {s}" for n, s in cols) + " |",
+           "|---|" + "---|" * len(cols)]
+    for w in names:
+        cells = []
+        for c in cols:
+            r = next((x for x in res if x["workload"].split(" ")[0] == w and (x["replicas"], x["seed"]) == c), None)
+            if not r:
+                cells.append("not run")
+                continue
+            g = r["best_gain"][0]
+            bos = r["best_other_sus"][0]
+            sus = r["sus"] / bos if bos else float("inf")
+            loses = "ok" if not r["fails"] else "loses @ " + ",".join(f"{x:g}" for x in r["fails"])
+            cells.append(f"{loses}; {g:.2f}x gp, {sus:.2f}x rate")
+        out.append(f"| {w} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--md")
+    ap.add_argument("--compact", action="store_true", help="print only the one-row-per-workload table")
     a = ap.parse_args()
     res = [r for r in (check(f) for f in a.files) if r]
-    text = summary(res) + "\n\n" + md(res)
+    if a.compact:
+        print(compact(res))
+        return
+    text = compact(res) + "\n\n" + summary(res) + "\n\n" + md(res)
     print(text)
     if a.md:
         open(a.md, "w").write(text + "\n")
