@@ -18,7 +18,8 @@
 //   R     output tokens the batch still has to produce = own remaining output bounds + ext x mean
 //         output / 2
 //   Q     prefill tokens queued ahead = own uncached prefill in flight + ext waiting x mean prompt;
-//         Q2 their attention token pairs (own accounting: sum of U (C + U / 2) at dispatch)
+//         Q2 their attention token pairs (own accounting: sum of U (C + U / 2) at dispatch; ext
+//         waiting x mean prompt^2 / 2)
 //   step(b, k) = C0 + max(W, beta b) + delta b + gamma k    (one decode step of b sequences)
 //
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
@@ -29,7 +30,7 @@
 //             while this request decodes, each step longer by its batch slot (delta, and beta past the
 //             weight-read floor) and the KV its attention reads (gamma x c)
 //   (decode_price 1 prices decode only by its lag behind the SLO's pace instead: with
-//    itl(b, k) = step(b, k) / (1 - rho) and lag = max(0, itl - itl_slo_ms), decode_ms = O x
+//    itl(b, k) = step(b, k) / (1 - rho) (rho: the prefill duty, below) and lag = max(0, itl - itl_slo_ms), decode_ms = O x
 //    lag(B + 1, K + c) and interference_ms = min(R, B O) x (lag(B + 1, K + c) - lag(B, K)). On the
 //    hard suite (bench/results/README.md) it keeps TTFT p90 at light load on agent sessions and
 //    fan-out bursts, but holds a hot prefix on too few replicas at 32: plain ms is the default.)
@@ -46,10 +47,10 @@
 // cold prefill elsewhere (prefill_imposed grows with the cold endpoint's batch, interference and
 // decode with the warm one's K and B), and is copied to another endpoint, paying the cold prefill
 // once, when they do, or when the warm endpoint would miss the SLO (below); it contracts when demand
-// falls, because warm endpoints are then the cheapest again. A
-// burst of identical prefixes inside one scrape interval is placed deliberately: every dispatch is
-// in the own accounting at once (B, K, R, Q), so copies stay on the warm endpoint while it absorbs
-// them and spill over when its batch makes them dearer than a cold prefill.
+// falls, because warm endpoints are then the cheapest again. A burst of identical prefixes inside one
+// scrape interval is placed deliberately: every dispatch is in the own accounting at once (B, K, R,
+// Q), so copies stay on the warm endpoint while it absorbs them and spill over when its batch makes
+// them dearer than a cold prefill.
 //
 // The SLO (goodput: TTFT <= ttft_slo_ms, ITL <= itl_slo_ms): latency summed over requests is the
 // currency, but a request that misses its SLO is lost whatever it cost, so endpoints where this
@@ -69,7 +70,7 @@
 // on H100: c0_ms 2, w_ms 5.5, beta_ms 0.022, delta_ms 0.02, gamma_ms 5e-5, eps_ms 1.5e-6,
 // chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
-// them to the service's own). Policy knobs: kv_risk_start 0.8, kv_limit 0.97, queue_limit 64,
+// them to the service's own). decode_price 0 (plain ms, above). Policy knobs: kv_risk_start 0.8, kv_limit 0.97, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
