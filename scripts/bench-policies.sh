@@ -4,8 +4,14 @@
 # and <name>-*.png (gnuplot).
 #
 # usage: scripts/bench-policies.sh [suite...]     suites: llmd8 llmd64 sglang8 sglang64 mixes tenants quick
+#        hard (issue 13's suite: hot, agent, tool, kvp, burst, costmix at 8, 32 and 64 replicas),
+#        or one of its parts: hot8 hot32 hot64 agent8 agent32 agent64 tool8 tool32 tool64 kvp8 kvp32
+#        kvp64 burst8 burst32 burst64 costmix8 costmix32 costmix64
 #        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
+#        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
+#        ONLY=p1,p2: hard suite only: rerun just these policies and replace their rows in the existing
+#        <name>.json (the other policies' rows are kept; the .md then names both commands)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 SLUICE=${SLUICE:-$root/build-release/sluice}
@@ -14,6 +20,46 @@ SEED=${SEED:-1}
 out=$root/bench/results
 mkdir -p "$out"
 ALL=round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle
+HARD=round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice
+HARD_REQUESTS=${HARD_REQUESTS:-3000}
+HARD_MAX_REQUESTS=${HARD_MAX_REQUESTS:-8000}
+
+# hard PART REPLICAS RATES-PER-8-REPLICAS FLAGS...: one part of the hard suite; the rates scale with
+# the replica count (given for 8 replicas), the requests too (HARD_REQUESTS per 8 replicas, at most
+# HARD_MAX_REQUESTS = 8,000: the simulator's cost grows with replicas x virtual time).
+hard() {
+  local part=$1 n=$2 rates8=$3
+  shift 3
+  local per8=$HARD_REQUESTS
+  if [ "$part" = agent ]; then per8=$((HARD_REQUESTS / 2)); fi  # long sessions: half the requests
+  local rates
+  rates=$(python3 -c "import sys; n=$n; print(','.join(f'{float(r)*n/8:g}' for r in '$rates8'.split(',')))")
+  local reqs
+  reqs=$(python3 -c "print(min($HARD_MAX_REQUESTS, int($per8*$n/8)))")
+  run "hard-$part$n-s$SEED" "Issue 13 hard suite: $part, $n replicas, seed $SEED" --policy "$HARD" --replicas "$n" \
+    --rates "$rates" --requests "$reqs" "$@"
+}
+
+hard_part() {
+  local part=${1%%[0-9]*} n=${1##*[a-z]}
+  case $part in
+    # hot prefix: 50% of requests on one 6k prefix, the rest over 100 groups of 2k
+    hot) hard hot "$n" 40,80,120,160,200 --workload hot_prefix ;;
+    # agent sessions (8 per replica) growing past 16k tokens over 14 turns
+    agent) if [ "$n" -le 8 ]; then r=4,8,12,16,20,24; else r=8,12,16,20,24; fi
+      hard agent "$n" "$r" --workload "agent_sessions,sessions=$((n * 8))" ;;
+    # Mooncake-like tool agent: 200 Zipf-popular 8-16k prefixes, short tails and outputs
+    tool) hard tool "$n" 20,30,40,50,60 --workload tool_agent ;;
+    # KV pressure: 150 prefixes of 3-5k tokens per replica (4.8M tokens at 8) on 12,000-block
+    # replicas (1.5M tokens of KV at 8): the prefixes total ~3x the fleet's KV
+    kvp) hard kvp "$n" 30,45,60,75,90 --workload "kv_pressure,prefixes=$((n * 150))" --kv-blocks 12000 ;;
+    # bursts: 8 identical samples of one 4k-context prompt in a row, gamma arrivals (shape 0.25)
+    burst) hard burst "$n" 30,60,90,120,150 --workload fan_out --arrival gamma --burstiness 0.25 ;;
+    # 100x cost mix: short chats + 1% 50-100k-token documents
+    costmix) hard costmix "$n" 20,40,60,80,100,120 --workload cost_mix ;;
+    *) echo "unknown hard part $1" >&2; exit 2 ;;
+  esac
+}
 
 # run NAME TITLE FLAGS...: one fleetsim invocation + its report.
 run() {
@@ -25,7 +71,30 @@ run() {
   if [ -n "$(git -C "$root" status --porcelain -- src 2>/dev/null)" ]; then rev="$rev + uncommitted changes under src/"; fi
   cmd="$cmd   # source: $rev"
   echo "== $name: $cmd" >&2
-  "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --json-out "$out/$name.json" > "$out/$name.txt"
+  if [ -n "${ONLY:-}" ] && [ -f "$out/$name.json" ]; then
+    # Replace ONLY's rows: the same flags with --policy ONLY.
+    local args=() skip=0 a
+    for a in "$@"; do
+      if [ $skip = 1 ]; then skip=0; continue; fi
+      if [ "$a" = --policy ]; then skip=1; continue; fi
+      args+=("$a")
+    done
+    set -- "${args[@]}"
+    "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --policy "$ONLY" --json-out "$out/$name.only.json" > "$out/$name.only.txt"
+    python3 - "$out/$name.json" "$out/$name.only.json" "$ONLY" <<'PY'
+import json, sys
+path, only, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+keep = [l for l in open(path) if l.strip() and json.loads(l)["policy"] not in names]
+new = [l for l in open(only) if l.strip()]
+open(path, "w").write("".join(keep + new))
+PY
+    rm -f "$out/$name.only.json"
+    cmd="$(cat "$out/$name.cmd" 2>/dev/null || echo "$cmd")
+# then the rows of $ONLY replaced by: sluice fleetsim --seed $SEED $* --policy $ONLY   # source: $rev"
+  else
+    "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --json-out "$out/$name.json" > "$out/$name.txt"
+    echo "$cmd" > "$out/$name.cmd"
+  fi
   python3 "$root/scripts/bench-report.py" "$out/$name.json" --title "$title" --command "$cmd"
 }
 
@@ -73,6 +142,9 @@ suite() {
       run tenants-light-fair-4 "Light tenants (noisy x30) at saturation, VTC queue + fair shares, 4 replicas" \
         --policy least_request,sluice --replicas 4 --workload tenants,factor=30,input=300,output=50 \
         --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --tenants ;;
+    hard)
+      for n in 8 32 64; do for p in hot agent tool kvp burst costmix; do hard_part "$p$n"; done; done ;;
+    hot[0-9]*|agent[0-9]*|tool[0-9]*|kvp[0-9]*|burst[0-9]*|costmix[0-9]*) hard_part "$1" ;;
     *) echo "unknown suite $1" >&2; exit 2 ;;
   esac
 }

@@ -15,6 +15,7 @@
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
 #include "core/openai/request.h"
+#include "fleetsim/hot_prefix_probe.h"
 
 namespace sluice::fleetsim {
 namespace {
@@ -125,6 +126,9 @@ class Simulation {
     r.prefix_hit_rate = q ? double(h) / double(q) : 0.0;
     r.figures.prefix_hit_rate = r.prefix_hit_rate;
     r.mean_kv_usage = kv_samples_ ? kv_sum_ / double(kv_samples_) : 0.0;
+    r.hot_group = std::string(hot_.group());
+    r.hot_prefix_blocks = hot_.prefix_blocks();
+    r.hot_samples = hot_.samples();
     r.virtual_seconds = to_seconds(now_);
     r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     return r;
@@ -235,6 +239,7 @@ class Simulation {
     }
     const auto& chosen = ranked.front();
     f.guard = router_->dispatch(pick, chosen, now_);
+    hot_.on_dispatch(req.group, er.prompt, cfg_.engine.block_size, chosen.endpoint);
     auto& rep = replicas_[chosen.endpoint];
     const auto err = rep.engine->submit(std::move(er), now_);
     if (err != engine::SubmitError::none) {
@@ -370,6 +375,9 @@ class Simulation {
       kv_samples_ += 1;
       router_->update_signals(i, std::move(s));
     }
+    std::vector<const engine::BlockManager*> caches;
+    for (const auto& rep : replicas_) caches.push_back(&rep.engine->blocks());
+    hot_.on_scrape(now_, caches);
     if (!done()) push(now_ + cfg_.scrape_interval, EventKind::scrape, 0);
   }
 
@@ -386,6 +394,7 @@ class Simulation {
   std::unordered_map<std::string, TenantId> tenant_ids_;
   AdmissionRng admission_rng_{7};
   std::unordered_map<uint64_t, Flight> flights_;
+  HotPrefixProbe hot_;
   std::vector<RequestRecord> records_;
   std::vector<engine::BlockHash> current_hashes_;
   int64_t current_tokens_ = 0;
@@ -412,6 +421,19 @@ std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg) {
   }
 }
 
+std::string hot_prefix_json(const FleetResult& r) {
+  if (r.hot_group.empty()) return "";
+  std::string out = fmt::format("\"hot_prefix\":{{\"group\":\"{}\",\"blocks\":{},\"holders_mean\":{:.3g},\"holders_max\":{},"
+                                "\"receivers_mean\":{:.3g},\"series\":[",
+                                r.hot_group, r.hot_prefix_blocks, r.hot_holders_mean(), r.hot_holders_max(),
+                                r.hot_receivers_mean());
+  for (size_t i = 0; i < r.hot_samples.size(); ++i) {
+    const auto& s = r.hot_samples[i];
+    out += fmt::format("{}[{:g},{},{},{}]", i ? "," : "", s.t_s, s.holders, s.receivers, s.requests);
+  }
+  return out + "]},";
+}
+
 std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
   std::string out = "{\"policy\":";
   append_json_string(out, cfg.policy);
@@ -424,6 +446,7 @@ std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
                      "\"mean_kv_usage\":{:.6g},\"steps\":{},\"virtual_s\":{:.6g},\"wall_s\":{:.6g}}},",
                      r.prefix_hit_rate, r.preemptions, r.picks_min, r.picks_max, r.mean_kv_usage, r.steps,
                      r.virtual_seconds, r.wall_seconds);
+  out += hot_prefix_json(r);
   out += "\"figures\":" + workload::to_json(r.figures) + "}";
   return out;
 }

@@ -29,6 +29,7 @@
 #include "model/engine/engine.h"
 #include "model/workload/stats.h"
 #include "model/workload/workload.h"
+#include "fleetsim/hot_prefix_probe.h"
 
 namespace sluice::fleetsim {
 
@@ -58,7 +59,17 @@ struct FleetResult {
   double mean_kv_usage = 0;              // mean over scrapes and replicas
   double virtual_seconds = 0, wall_seconds = 0;
   int64_t steps = 0;
+  // The hot prefix (group "hot" or "p0", when the workload has one): replicas holding it over time.
+  std::string hot_group;
+  int64_t hot_prefix_blocks = 0;
+  std::vector<HotPrefixSample> hot_samples;
+  double hot_holders_mean() const;
+  int hot_holders_max() const;
+  double hot_receivers_mean() const;
 };
+
+// "hot_prefix":{...}, (with the trailing comma) or "" when the workload has no hot prefix.
+std::string hot_prefix_json(const FleetResult& r);
 
 // Runs one configuration to completion (every request finished). Error message on bad config.
 std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg);

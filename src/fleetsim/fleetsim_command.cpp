@@ -141,14 +141,18 @@ int run(const Flags& f) {
   } else if (!rows.empty()) {
     fmt::print("workload: {}\n", results[0] ? results[0]->workload_description : f.workload);
     fmt::print("{}", workload::to_table(rows));
-    fmt::print("\n{:>14}  {:>6}  {:>9}  {:>11}  {:>13}  {:>9}\n", "policy", "rate", "hit rate", "preemptions",
-               "picks min/max", "mean kv");
+    const bool hot = results[0] && !results[0]->hot_group.empty();
+    fmt::print("\n{:>14}  {:>6}  {:>9}  {:>11}  {:>13}  {:>9}{}\n", "policy", "rate", "hit rate", "preemptions",
+               "picks min/max", "mean kv", hot ? "  hot holders mean/max (receivers/s)" : "");
     for (size_t i = 0; i < runs.size(); ++i)
       if (results[i])
-        fmt::print("{:>14}  {:>6}  {:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%\n", runs[i].policy,
+        fmt::print("{:>14}  {:>6}  {:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%{}\n", runs[i].policy,
                    results[i]->figures.labels[2].second, results[i]->prefix_hit_rate * 100,
                    results[i]->preemptions, fmt::format("{}/{}", results[i]->picks_min, results[i]->picks_max),
-                   results[i]->mean_kv_usage * 100);
+                   results[i]->mean_kv_usage * 100,
+                   hot ? fmt::format("  {:>10.1f}/{} ({:.1f})", results[i]->hot_holders_mean(),
+                                     results[i]->hot_holders_max(), results[i]->hot_receivers_mean())
+                       : std::string());
     if (f.tenants)
       for (size_t i = 0; i < runs.size(); ++i)
         if (results[i])
@@ -181,7 +185,8 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--policy-param", flags->policy_params, "Policy parameter name=value (repeatable)");
   cmd->add_option("--workload", flags->workload,
                   "Workload spec name[:preset][,key=value...]: shared_prefix[:llmd|llmd_low_cache|sglang|small|"
-                  "repetition], multi_turn, cost_mix, lora_mix, tenants, embeddings, replay,file=F")
+                  "repetition], multi_turn, cost_mix, lora_mix, tenants, embeddings, replay,file=F, hot_prefix, "
+                  "agent_sessions, tool_agent, kv_pressure, fan_out")
       ->capture_default_str();
   cmd->add_option("--arrival", flags->arrival, "poisson | gamma | concurrency")->capture_default_str();
   cmd->add_option("--rate,--rates", flags->rates, "Offered request rate(s) per second, comma-separated sweep")

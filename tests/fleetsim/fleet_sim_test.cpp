@@ -160,3 +160,27 @@ TEST(FleetSim, FairSharesKeepSlotsForLightTenants) {
 
 }  // namespace
 }  // namespace sluice::fleetsim
+
+namespace sluice::fleetsim {
+namespace {
+
+// The hot-prefix probe counts the replicas whose KV holds the hot prefix: round robin copies it onto
+// every replica, and the JSON carries the series.
+TEST(FleetSim, HotPrefixHoldersAreReported) {
+  FleetConfig c;
+  c.replicas = 4;
+  c.policy = "round_robin";
+  c.workload = "hot_prefix,hot_system=2000,groups=10,system=500,question=50,output=10";
+  c.arrivals.rate = 40;
+  c.limits.max_requests = 200;
+  auto r = run_fleet(c);
+  ASSERT_TRUE(std::holds_alternative<FleetResult>(r));
+  const auto& res = std::get<FleetResult>(r);
+  EXPECT_EQ(res.hot_group, "hot");
+  EXPECT_GE(res.hot_prefix_blocks, 2000 / 16 - 1);
+  EXPECT_EQ(res.hot_holders_max(), 4);
+  EXPECT_NE(result_json(c, res).find("\"hot_prefix\":{\"group\":\"hot\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::fleetsim

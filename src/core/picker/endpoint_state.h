@@ -30,12 +30,14 @@ struct EngineSignals {
 struct EndpointLoad {
   int64_t in_flight = 0;            // requests dispatched and not yet finished
   int64_t prefill_tokens = 0;       // uncached input tokens of requests not yet past first token
+  double prefill_pairs = 0;         // their prefill attention token pairs, sum of U x (C + U / 2)
   int64_t decode_tokens = 0;        // remaining output bound of requests past first token
   int64_t assigned_since_scrape = 0;  // dispatches since the last successful scrape
   int64_t picks_total = 0;
   int64_t scrape_errors_total = 0;
   int64_t prefill_requests = 0;     // requests dispatched and not yet past first token
   int64_t context_tokens = 0;       // input + output bound of requests in flight (KV footprint bound)
+  int64_t live_context_tokens = 0;  // input + output so far of requests in flight (what decode attention reads)
   int64_t input_tokens_total = 0;   // cumulative input tokens dispatched
   int64_t predicted_cached_tokens_total = 0;  // cumulative predicted cached tokens at dispatch
   int64_t scrape_failures_in_row = 0;  // consecutive scrape errors (0 after a success)

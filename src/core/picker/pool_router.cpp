@@ -16,8 +16,10 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
     router_ = std::exchange(o.router_, nullptr);
     endpoint_ = o.endpoint_;
     prefill_ = o.prefill_;
+    pairs_ = o.pairs_;
     decode_ = o.decode_;
     context_ = o.context_;
+    live_ = o.live_;
     decoding_ = o.decoding_;
   }
   return *this;
@@ -26,8 +28,9 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
 void DispatchGuard::on_first_token() {
   if (!router_ || decoding_) return;
   decoding_ = true;
-  router_->move_to_decode(endpoint_, prefill_, 0);
+  router_->move_to_decode(endpoint_, prefill_, pairs_);
   prefill_ = 0;
+  pairs_ = 0;
 }
 
 void DispatchGuard::on_tokens(int64_t n) {
@@ -36,12 +39,13 @@ void DispatchGuard::on_tokens(int64_t n) {
   n = std::min(n, decode_);
   if (n <= 0) return;
   decode_ -= n;
+  live_ += n;
   router_->consume_decode(endpoint_, n);
 }
 
 void DispatchGuard::release() {
   if (!router_) return;
-  router_->release(endpoint_, prefill_, decode_, context_, decoding_);
+  router_->release(endpoint_, prefill_, pairs_, decode_, context_, live_, decoding_);
   router_ = nullptr;
 }
 
@@ -82,8 +86,13 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   g.router_ = this;
   g.endpoint_ = chosen.endpoint;
   g.prefill_ = std::max<int64_t>(0, req.input_tokens - chosen.predicted_cached_tokens);
+  g.pairs_ = static_cast<double>(g.prefill_) *
+             (static_cast<double>(std::max<int64_t>(0, chosen.predicted_cached_tokens)) + static_cast<double>(g.prefill_) / 2);
+  load.prefill_pairs += g.pairs_;
   g.decode_ = std::max<int64_t>(0, req.max_output_tokens);
   g.context_ = std::max<int64_t>(0, req.input_tokens) + g.decode_;
+  g.live_ = std::max<int64_t>(0, req.input_tokens);
+  load.live_context_tokens += g.live_;
   load.in_flight += 1;
   load.prefill_requests += 1;
   load.context_tokens += g.context_;
@@ -97,25 +106,30 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   return g;
 }
 
-void PoolRouter::release(size_t endpoint, int64_t prefill, int64_t decode, int64_t context, bool decoding) {
+void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context,
+                         int64_t live, bool decoding) {
   std::lock_guard lock(mu_);
   auto& load = endpoints_[endpoint].load;
   load.in_flight -= 1;
   if (!decoding) load.prefill_requests -= 1;
   load.context_tokens -= context;
+  load.live_context_tokens -= live;
   load.prefill_tokens -= prefill;
+  load.prefill_pairs = std::max(0.0, load.prefill_pairs - pairs);
   load.decode_tokens -= decode;
 }
 
-void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, int64_t) {
+void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs) {
   std::lock_guard lock(mu_);
   endpoints_[endpoint].load.prefill_tokens -= prefill;
+  endpoints_[endpoint].load.prefill_pairs = std::max(0.0, endpoints_[endpoint].load.prefill_pairs - pairs);
   endpoints_[endpoint].load.prefill_requests -= 1;
 }
 
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {
   std::lock_guard lock(mu_);
   endpoints_[endpoint].load.decode_tokens -= n;
+  endpoints_[endpoint].load.live_context_tokens += n;
 }
 
 void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {

@@ -40,8 +40,10 @@ class DispatchGuard {
   PoolRouter* router_ = nullptr;
   size_t endpoint_ = 0;
   int64_t prefill_ = 0;
+  double pairs_ = 0;  // prefill attention pairs (EndpointLoad::prefill_pairs share)
   int64_t decode_ = 0;
   int64_t context_ = 0;
+  int64_t live_ = 0;  // input + output so far (EndpointLoad::live_context_tokens share)
   bool decoding_ = false;
 };
 
@@ -113,8 +115,8 @@ class PoolRouter {
     EndpointLoad load;
     bool healthy = true;
   };
-  void release(size_t endpoint, int64_t prefill, int64_t decode, int64_t context, bool decoding);
-  void move_to_decode(size_t endpoint, int64_t prefill, int64_t decode);
+  void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding);
+  void move_to_decode(size_t endpoint, int64_t prefill, double pairs);
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;
 

@@ -15,28 +15,110 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.w_ms = p.get("w_ms", s.w_ms);
   s.beta_ms = p.get("beta_ms", s.beta_ms);
   s.delta_ms = p.get("delta_ms", s.delta_ms);
+  s.gamma_ms = p.get("gamma_ms", s.gamma_ms);
+  s.eps_ms = p.get("eps_ms", s.eps_ms);
   s.chunk_tokens = std::max(1.0, p.get("chunk_tokens", s.chunk_tokens));
   s.kv_risk_start = std::clamp(p.get("kv_risk_start", s.kv_risk_start), 0.0, 0.99);
-  s.kv_risk_ms = p.get("kv_risk_ms", s.kv_risk_ms);
   s.kv_limit = p.get("kv_limit", s.kv_limit);
+  s.ttft_slo_ms = p.get("ttft_slo_ms", s.ttft_slo_ms);
+  s.itl_slo_ms = p.get("itl_slo_ms", s.itl_slo_ms);
+  s.decode_price = p.get("decode_price", s.decode_price);
   s.queue_limit = p.get("queue_limit", s.queue_limit);
-  s.burst_ms = p.get("burst_ms", s.burst_ms);
-  s.prefill_weight = std::max(0.0, p.get("prefill_weight", s.prefill_weight));
   s.adapter_load_ms = p.get("adapter_load_ms", s.adapter_load_ms);
   s.adapter_wait_ms = p.get("adapter_wait_ms", s.adapter_wait_ms);
-  s.max_output_tokens = p.get("max_output_tokens", s.max_output_tokens);
+  s.max_output_tokens = std::max(0.0, p.get("max_output_tokens", s.max_output_tokens));
+  s.default_output_tokens = std::max(0.0, p.get("default_output_tokens", s.default_output_tokens));
   s.mean_prompt_tokens = p.get("mean_prompt_tokens", s.mean_prompt_tokens);
   s.max_prefix_blocks = std::max(1.0, p.get("max_prefix_blocks", s.max_prefix_blocks));
   return s;
+}
+
+SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
+  SluiceCost c;
+  const double U = std::max(0.0, in.input - in.cached);
+  const double D = in.decoding, B = in.decoding + in.queued, K = in.kv_read, O = in.output;
+  const double attention = p.eps_ms * U * (in.cached + U / 2);
+  // Time to first token: the steps until the queue ahead and our own uncached prefill are done.
+  const double tokens = in.queue_tokens + U;
+  const double n = std::max(1.0, std::ceil(tokens / p.chunk_tokens));
+  c.ttft_ms = std::max(n * p.w_ms, p.beta_ms * (tokens + n * D)) + n * (p.c0_ms + p.delta_ms * D + p.gamma_ms * K) +
+              p.eps_ms * in.queue_pairs + attention;
+  // Decode: our own tokens at the batch we join, and the slowdown of the batch while we are in it.
+  auto step = [&](double b, double k) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b + p.gamma_ms * k; };
+  if (O > 0) {
+    const double ctx = in.input + O / 2;
+    const double with = step(B + 1, K + ctx);
+    if (p.decode_price == 1) {
+      // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
+      const double stretch = 1.0 / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9));
+      const double lag1 = std::max(0.0, with * stretch - p.itl_slo_ms);
+      const double lag0 = std::max(0.0, step(B, K) * stretch - p.itl_slo_ms);
+      c.decode_ms = O * lag1;
+      c.interference_ms = std::min(in.remaining, B * O) * (lag1 - lag0);
+    } else {
+      c.decode_ms = O * with;
+      c.interference_ms = std::min(in.remaining, B * O) * (with - step(B, K));
+    }
+  }
+  // Our prefill's share of the steps the others run in.
+  if (U > 0 && B > 0) {
+    const double stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
+    c.prefill_imposed_ms = B * stall;
+  }
+  // KV pressure: a preemption's recompute stalls the batch.
+  const double after = in.kv_usage + (U + O) / std::max(1.0, in.capacity_tokens);
+  const double risk = std::clamp((after - p.kv_risk_start) / (1.0 - p.kv_risk_start), 0.0, 1.0);
+  c.kv_ms = risk * risk * (1 + B) * p.beta_ms * (in.input + O);
+  c.adapter_ms = in.adapter_ms;
+  return c;
+}
+
+double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in) {
+  const double D = in.decoding, b = in.decoding + in.queued + 1, O = std::max(1.0, in.output);
+  const double U = std::max(0.0, in.input - in.cached);
+  const double step = p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b +
+                      p.gamma_ms * (in.kv_read + in.input + in.output / 2);
+  // This request's own prefill, spread over the O tokens the batch produces alongside it.
+  const double own_prefill = (std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) +
+                              p.eps_ms * U * (in.cached + U / 2)) / O;
+  return step / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9)) + own_prefill;
+}
+
+bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const SluiceCost& c) {
+  return c.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || sluice_itl_ms(p, in) <= p.itl_slo_ms);
+}
+
+// Smoothing of the measured prefill rate: an exponential average with a 2 s time constant,
+// sampled at most every 100 ms (so a burst inside one sample does not swing it).
+double SluicePolicy::prefill_duty(const EndpointView& v, Time now) {
+  if (v.index >= rates_.size()) rates_.resize(v.index + 1);
+  PrefillRate& r = rates_[v.index];
+  const int64_t total = v.load->input_tokens_total - v.load->predicted_cached_tokens_total;
+  if (r.last_total < 0 || total < r.last_total) {
+    r = PrefillRate{total, now, 0.0};
+  } else if (const double dt = to_millis(now - r.last); dt >= 100.0) {
+    const double a = dt / (dt + 2000.0);
+    r.per_ms += a * (static_cast<double>(total - r.last_total) / dt - r.per_ms);
+    r.last_total = total;
+    r.last = now;
+  }
+  return std::min(0.9, params_.beta_ms * r.per_ms);
 }
 
 SluicePolicy::SluicePolicy(SluiceParams params, PoolKind kind)
     : params_(params),
       kind_(kind),
       prefix_(PrefixTrackerOptions{static_cast<size_t>(params.max_prefix_blocks), PrefixIndex::kDefaultCapacityBlocks, true}),
-      mean_prompt_(params.mean_prompt_tokens) {}
+      mean_prompt_(params.mean_prompt_tokens),
+      mean_output_(params.default_output_tokens) {}
 
-void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView> endpoints) {
+double SluicePolicy::output_of(const PickRequest& req) const {
+  if (embedding(req)) return 0.0;
+  const double o = req.max_output_tokens > 0 ? static_cast<double>(req.max_output_tokens) : params_.default_output_tokens;
+  return std::min(o, params_.max_output_tokens);
+}
+
+void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now) {
   const SluiceParams& p = params_;
   const bool embed = embedding(req);
   std::span<const uint32_t> matched;
@@ -45,47 +127,60 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     matched = prefix_.match(req);
   }
   const double input = static_cast<double>(std::max<int64_t>(0, req.input_tokens));
-  const double output = embed ? 0.0 : (req.max_output_tokens > 0 ? std::min<double>(req.max_output_tokens, p.max_output_tokens) : p.max_output_tokens);
-  evals_.assign(endpoints.size(), Eval{});
+  const double output = output_of(req);
+  const double mean_context = mean_prompt_ + mean_output_ / 2;
+  evals_.resize(endpoints.size());
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
     const LoadEstimate est = estimate_load(v);
     Eval& e = evals_[i];
+    e = Eval{};
     e.fresh = est.fresh;
-    e.kv_usage = est.kv_usage;
     e.saturated = est.waiting >= p.queue_limit || est.kv_usage >= p.kv_limit;
     if (!embed) {
       if (oracle_) e.cached = std::clamp<int64_t>(oracle_(v.index, req), 0, req.input_tokens);
       else if (v.index < matched.size()) e.cached = prefix_.cached_tokens(matched[v.index], req.input_tokens);
     }
-    e.uncached = static_cast<int64_t>(input) - e.cached;
-    const double own_decoding = static_cast<double>(std::max<int64_t>(0, l.in_flight - l.prefill_requests));
-    e.external_waiting = est.fresh ? std::max(0.0, v.signals->waiting - static_cast<double>(std::max<int64_t>(0, l.prefill_requests))) : 0.0;
-    e.queue_tokens = static_cast<double>(std::max<int64_t>(0, l.prefill_tokens)) + e.external_waiting * mean_prompt_;
-    e.decoding = est.fresh ? std::max(est.running, own_decoding) : own_decoding;
-    const double tokens = e.queue_tokens + static_cast<double>(e.uncached);
-    const double steps = std::max(1.0, std::ceil(tokens / p.chunk_tokens));
-    e.compute_ms = std::max(steps * p.w_ms, p.beta_ms * (tokens + steps * e.decoding)) + steps * (p.c0_ms + p.delta_ms * e.decoding);
-    const double after = est.kv_usage + (static_cast<double>(e.uncached) + output) / est.capacity_tokens;
-    const double risk = std::clamp((after - p.kv_risk_start) / (1.0 - p.kv_risk_start), 0.0, 1.0);
-    e.kv_ms = risk * risk * (p.kv_risk_ms + p.beta_ms * (input + e.queue_tokens));
+    const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
+    const double own_queued = nonneg(l.prefill_requests);
+    const double own_decoding = nonneg(l.in_flight - l.prefill_requests);
+    const double ext_waiting = est.fresh ? std::max(0.0, v.signals->waiting - own_queued) : 0.0;
+    const double ext_running = est.fresh ? std::max(0.0, v.signals->running - own_decoding) : 0.0;
+    SluiceInputs& in = e.in;
+    in.input = input;
+    in.output = output;
+    in.cached = static_cast<double>(e.cached);
+    in.decoding = own_decoding + ext_running;
+    in.queued = own_queued + ext_waiting;
+    in.kv_read = nonneg(l.live_context_tokens) + (ext_running + ext_waiting) * mean_context;
+    in.remaining = nonneg(l.decode_tokens) + (ext_running + ext_waiting) * mean_output_ / 2;
+    in.queue_tokens = nonneg(l.prefill_tokens) + ext_waiting * mean_prompt_;
+    in.queue_pairs = std::max(0.0, l.prefill_pairs) + ext_waiting * mean_prompt_ * mean_prompt_ / 2;
+    in.kv_usage = est.kv_usage;
+    in.capacity_tokens = est.capacity_tokens;
     if (!req.adapter.empty()) {
       const double a = adapter_locality_score(v, req.adapter);
-      e.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
+      in.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
     }
-    e.burst_ms = est.fresh ? p.burst_ms * static_cast<double>(std::max<int64_t>(0, l.assigned_since_scrape)) : 0.0;
-    e.ttft_ms = e.compute_ms + e.kv_ms + e.adapter_ms + e.burst_ms;
-    e.cost_ms = e.ttft_ms + p.prefill_weight * p.beta_ms * static_cast<double>(e.uncached) * (1.0 + est.waiting);
+    in.prefill_duty = prefill_duty(v, now);
+    e.cost = sluice_cost(p, in);
+    e.itl_ms = embed ? 0.0 : sluice_itl_ms(p, in);
+    e.meets_slo = e.cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || e.itl_ms <= p.itl_slo_ms);
   }
 }
 
-void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time,
+// An endpoint where the request would miss its SLO scores below every endpoint where it would not.
+constexpr double kMissesSlo = 1e12;
+
+void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                         std::vector<Candidate>& out) {
-  evaluate(req, endpoints);
+  evaluate(req, endpoints, now);
   out.clear();
-  for (size_t i = 0; i < endpoints.size(); ++i)
-    out.push_back({endpoints[i].index, -evals_[i].cost_ms, evals_[i].cached, evals_[i].saturated});
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const Eval& e = evals_[i];
+    out.push_back({endpoints[i].index, -e.cost.total() - (e.meets_slo ? 0.0 : kMissesSlo), e.cached, e.saturated});
+  }
   sort_candidates(out, endpoints, cursor_, pool_size_of(endpoints));  // saturated last
 }
 
@@ -93,28 +188,36 @@ void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time) {
   cursor_ = endpoint + 1;
   if (embedding(req)) return;
   if (req.input_tokens > 0) mean_prompt_ = 0.95 * mean_prompt_ + 0.05 * static_cast<double>(req.input_tokens);
+  mean_output_ = 0.95 * mean_output_ + 0.05 * output_of(req);
   if (!oracle_) prefix_.learn(req, endpoint);
 }
 
-void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time,
+void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                            std::vector<Explanation>& out) {
-  evaluate(req, endpoints);
+  evaluate(req, endpoints, now);
   out.clear();
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const Eval& e = evals_[i];
     out.push_back({endpoints[i].index,
-                   {{"cost_ms", e.cost_ms},
-                    {"ttft_ms", e.ttft_ms},
-                    {"compute_ms", e.compute_ms},
-                    {"kv_risk_ms", e.kv_ms},
-                    {"adapter_ms", e.adapter_ms},
-                    {"burst_ms", e.burst_ms},
-                    {"queue_tokens", e.queue_tokens},
-                    {"external_waiting", e.external_waiting},
-                    {"decoding", e.decoding},
-                    {"cached_tokens", static_cast<double>(e.cached)},
-                    {"uncached_tokens", static_cast<double>(e.uncached)},
-                    {"kv_usage", e.kv_usage},
+                   {{"cost_ms", e.cost.total()},
+                    {"ttft_ms", e.cost.ttft_ms},
+                    {"decode_ms", e.cost.decode_ms},
+                    {"interference_ms", e.cost.interference_ms},
+                    {"prefill_imposed_ms", e.cost.prefill_imposed_ms},
+                    {"kv_risk_ms", e.cost.kv_ms},
+                    {"adapter_ms", e.cost.adapter_ms},
+                    {"itl_ms", e.itl_ms},
+                    {"prefill_duty", e.in.prefill_duty},
+                    {"meets_slo", e.meets_slo ? 1.0 : 0.0},
+                    {"queue_tokens", e.in.queue_tokens},
+                    {"queue_pairs", e.in.queue_pairs},
+                    {"decoding", e.in.decoding},
+                    {"queued", e.in.queued},
+                    {"kv_read_tokens", e.in.kv_read},
+                    {"remaining_tokens", e.in.remaining},
+                    {"cached_tokens", e.in.cached},
+                    {"uncached_tokens", e.in.input - e.in.cached},
+                    {"kv_usage", e.in.kv_usage},
                     {"fresh", e.fresh ? 1.0 : 0.0}}});
   }
 }

@@ -1,40 +1,79 @@
-// sluice: the default policy. One currency: the estimated time to first token of this request on
-// each endpoint, in milliseconds; the lowest wins.
+// sluice: the default policy. One currency: the expected cost, in milliseconds of request latency,
+// of sending this request to each endpoint, from the engine's step-time model
+// (core/engine/cost_model.h: step = C0 + max(W, beta N_tok) + delta B_run + gamma KV_read + eps
+// prefill pairs) and the endpoint's signals; the lowest wins. The cost is this request's own
+// latency plus the latency it adds to the requests it will share the engine with:
 //
-//   Q  = tokens queued ahead on the endpoint = own in-flight prefill tokens (gateway accounting,
-//        exact and never stale) + external waiting x mean prompt, where external waiting =
-//        scraped waiting - own requests not yet past first token (requests from other clients;
-//        0 when the scrape is stale)
-//   U  = uncached input tokens = input - predicted cached tokens (prefix index, or the oracle)
-//   D  = sequences decoding = max(scraped running, own decoding) (own decoding when stale)
-//   steps = max(1, ceil((Q + U) / chunk))      chunked prefill, chunk = max_num_batched_tokens
-//   compute_ms = max(steps x W, beta x (Q + U + steps x D)) + steps x (C0 + delta x D)
-//                (the cost model's step time summed over the steps until this prefill finishes:
-//                 wait behind the queue, decode interference, then our own uncached prefill)
-//   kv_ms = risk^2 x (kv_risk_ms + beta x (input + Q)),  risk = clamp((u' - kv_risk_start) / (1 - kv_risk_start))
-//           where u' = KV usage (staleness rule) + this request's uncached input + output bound over
-//           the capacity: the expected cost of a preemption and recompute
+//   cost_ms = ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms
+//
+// Inputs per endpoint (own = the gateway's accounting, exact and never stale; ext = requests from
+// other clients, from a fresh scrape, 0 when stale):
+//   I, O  this request's input and output tokens (O = max_tokens, else default_output_tokens)
+//   C, U  predicted cached (prefix index, or the oracle) and uncached input tokens, U = I - C
+//   D     sequences decoding  = own past first token + ext running (scraped running - own decoding)
+//   P     requests queued     = own not yet past first token + ext waiting (scraped waiting - own P)
+//   B     the batch this request joins = D + P
+//   K     KV tokens the batch's decode attention reads = own live context (input + output so far)
+//         + ext x mean context
+//   R     output tokens the batch still has to produce = own remaining output bounds + ext x mean
+//         output / 2
+//   Q     prefill tokens queued ahead = own uncached prefill in flight + ext waiting x mean prompt;
+//         Q2 their attention token pairs (own accounting: sum of U (C + U / 2) at dispatch; ext
+//         waiting x mean prompt^2 / 2)
+//   step(b, k) = C0 + max(W, beta b) + delta b + gamma k    (one decode step of b sequences)
+//
+//   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
+//             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
+//             decode interleaved, our own uncached prefill and its attention)
+//   decode_ms = O x step(B + 1, K + c),  c = I + O / 2 (this request's mean context while decoding)
+//   interference_ms = min(R, B O) x (step(B + 1, K + c) - step(B, K)): the others' tokens produced
+//             while this request decodes, each step longer by its batch slot (delta, and beta past the
+//             weight-read floor) and the KV its attention reads (gamma x c)
+//   (decode_price 1 prices decode only by its lag behind the SLO's pace instead: with
+//    itl(b, k) = step(b, k) / (1 - rho) (rho: the prefill duty, below) and lag = max(0, itl - itl_slo_ms), decode_ms = O x
+//    lag(B + 1, K + c) and interference_ms = min(R, B O) x (lag(B + 1, K + c) - lag(B, K)). On the
+//    hard suite (bench/results/README.md) it keeps TTFT p90 at light load on agent sessions and
+//    fan-out bursts, but holds a hot prefix on too few replicas at 32: plain ms is the default.)
+//   prefill_imposed_ms = B x (max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2)): the time
+//             this request's prefill adds to the steps the batch and the queue behind it share
+//             (by Little's law about as many wait behind as ahead); free under the weight-read floor
+//   kv_ms = risk^2 x (1 + B) x beta x (I + O),  risk = clamp((u' - kv_risk_start) / (1 - kv_risk_start)),
+//             u' = KV usage (staleness rule) + (U + O) / capacity: the expected cost of a
+//             preemption, whose recompute (beta x its context) stalls the whole batch
 //   adapter_ms = 0 if the adapter is running, adapter_load_ms if it must load into a free slot or is
-//           waiting, adapter_wait_ms if every slot holds another adapter
-//   burst_ms = burst_ms x assignments since the last fresh scrape (a small spreading penalty)
-//   ttft_ms = compute_ms + kv_ms + adapter_ms + burst_ms
-//   cost_ms = ttft_ms + prefill_weight x beta x U x (1 + waiting);  score = -cost_ms
-//   The last term is the GPU time this request's uncached prefill takes from the requests that will
-//   queue behind it on that endpoint; by Little's law about as many as wait there now (`waiting`,
-//   staleness rule). Without it the choice is greedy for this request alone and scatters a prefix
-//   group over idle replicas (each paying the cold prefill again and crowding the others' KV),
-//   which loses to plain cache affinity at light load and collapses the hit rate under overload.
-// saturated: waiting (staleness rule) >= queue_limit or KV usage >= kv_limit; saturated endpoints
-// rank after all others, so one is never chosen for its cached prefix while an unsaturated endpoint
-// exists. Among saturated endpoints (all of them: the admission layer's case) the cost still counts
-// the cache: dropping affinity there scatters prefixes exactly when the pool can least afford it. Ties: fewer assignments since scrape, fewer in flight, then rotation.
-// Embedding requests or pools: no prefix reuse, U = input: least load in time.
+//             waiting, adapter_wait_ms if every slot holds another adapter
 //
-// Defaults (engine-cost-model.md, Llama-3-8B on H100): c0_ms 2, w_ms 5.5, beta_ms 0.022,
-// delta_ms 0.02, chunk_tokens 8192, kv_risk_start 0.8, kv_risk_ms 50, kv_limit 0.97,
-// queue_limit 64, burst_ms 0.5, prefill_weight 2 (best overall in the small fleet sweep of fleet_sanity_test.cpp; 1 favours spreading a hot prefix, 3 pure affinity), adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048
-// (output bound counted for KV when the request gives none), mean_prompt_tokens 512 (initial mean
-// prompt for external waiting), max_prefix_blocks 8192. All are policy_params of the same name.
+// What falls out: a hot prefix stays where it is cached while its decoders there cost less than a
+// cold prefill elsewhere (prefill_imposed grows with the cold endpoint's batch, interference and
+// decode with the warm one's K and B), and is copied to another endpoint, paying the cold prefill
+// once, when they do, or when the warm endpoint would miss the SLO (below); it contracts when demand
+// falls, because warm endpoints are then the cheapest again. A burst of identical prefixes inside one
+// scrape interval is placed deliberately: every dispatch is in the own accounting at once (B, K, R,
+// Q), so copies stay on the warm endpoint while it absorbs them and spill over when its batch makes
+// them dearer than a cold prefill.
+//
+// The SLO (goodput: TTFT <= ttft_slo_ms, ITL <= itl_slo_ms): latency summed over requests is the
+// currency, but a request that misses its SLO is lost whatever it cost, so endpoints where this
+// request would miss it rank after those where it would not (then by cost among each):
+//   itl_ms = step(B + 1, K + c) / (1 - rho) + (max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2)) / O:
+//            the decode step it joins, stretched by the endpoint's prefill duty rho = min(0.9, beta x
+//            uncached tokens dispatched there per ms, from the own accounting (input - predicted cached
+//            tokens), smoothed over ~2 s), plus its own prefill spread over the tokens the batch
+//            produces alongside it (a cold copy of a long prefix stalls the batch it lands in)
+//   it misses when itl_ms > itl_slo_ms or ttft_ms > ttft_slo_ms. The same step time is the batch's:
+//   an endpoint it would push past the ITL SLO is one where it misses too.
+// saturated: waiting (staleness rule) >= queue_limit or KV usage >= kv_limit; saturated endpoints
+// rank after all others. Ties: fewer assignments since scrape, fewer in flight, then rotation.
+// Embedding requests or pools: no prefix reuse and no decode, U = I, O = 0: least load in time.
+//
+// Defaults: the cost parameters are the default engine profile's (engine-cost-model.md, Llama-3-8B
+// on H100: c0_ms 2, w_ms 5.5, beta_ms 0.022, delta_ms 0.02, gamma_ms 5e-5, eps_ms 1.5e-6,
+// chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
+// cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
+// them to the service's own). decode_price 0 (plain ms, above). Policy knobs: kv_risk_start 0.8, kv_limit 0.97, queue_limit 64,
+// adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
+// 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
+// max_prefix_blocks 8192. All are policy_params of the same name.
 #pragma once
 #include <functional>
 #include <vector>
@@ -47,18 +86,42 @@
 namespace sluice {
 
 struct SluiceParams {
-  double c0_ms = 2.0, w_ms = 5.5, beta_ms = 0.022, delta_ms = 0.02;
+  double c0_ms = 2.0, w_ms = 5.5, beta_ms = 0.022, delta_ms = 0.02, gamma_ms = 5e-5, eps_ms = 1.5e-6;
   double chunk_tokens = 8192;
-  double kv_risk_start = 0.8, kv_risk_ms = 50, kv_limit = 0.97;
+  double kv_risk_start = 0.8, kv_limit = 0.97;
+  double ttft_slo_ms = 1000, itl_slo_ms = 50;
+  double decode_price = 0;  // 0: decode time in plain ms; 1: only its lag behind the ITL SLO's pace
   double queue_limit = 64;
-  double burst_ms = 0.5;
-  double prefill_weight = 2.0;
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;
+  double default_output_tokens = 256;
   double mean_prompt_tokens = 512;
   double max_prefix_blocks = 8192;
   static SluiceParams from(PolicyParams& p);
 };
+
+// The cost terms of one (request, endpoint) pair, in ms (see the formula above).
+struct SluiceCost {
+  double ttft_ms = 0, decode_ms = 0, interference_ms = 0, prefill_imposed_ms = 0, kv_ms = 0, adapter_ms = 0;
+  double total() const { return ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms; }
+};
+
+// What the cost is computed from (the inputs named above), so each term can be tested on its own.
+struct SluiceInputs {
+  double input = 0, output = 0, cached = 0;     // I, O, C
+  double decoding = 0, queued = 0;              // D, P
+  double kv_read = 0, remaining = 0;            // K, R
+  double queue_tokens = 0;                      // Q
+  double queue_pairs = 0;                       // Q's prefill attention pairs, sum U (C + U / 2)
+  double kv_usage = 0, capacity_tokens = 1;     // u, KV capacity in tokens
+  double adapter_ms = 0;
+  double prefill_duty = 0;                      // rho
+};
+SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in);
+// The inter-token latency the request would see (and impose on its batch), itl_ms above.
+double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in);
+// True when the request would meet the SLO on this endpoint.
+bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const SluiceCost& c);
 
 // True cached tokens of `req` on pool endpoint `endpoint` (the oracle hook).
 using CachedTokensOracle = std::function<int64_t(size_t endpoint, const PickRequest& req)>;
@@ -70,7 +133,10 @@ class SluicePolicy : public Policy {
   void rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
             std::vector<Candidate>& out) override;
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
-  void on_endpoints_reset(size_t count) override { prefix_.reset(count); }
+  void on_endpoints_reset(size_t count) override {
+    prefix_.reset(count);
+    rates_.assign(count, PrefillRate{});
+  }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
 
@@ -86,21 +152,30 @@ class SluicePolicy : public Policy {
 
  private:
   struct Eval {
-    int64_t cached = 0, uncached = 0;
-    double queue_tokens = 0, external_waiting = 0, decoding = 0;
-    double compute_ms = 0, kv_ms = 0, adapter_ms = 0, burst_ms = 0, ttft_ms = 0, cost_ms = 0;
-    double kv_usage = 0;
-    bool fresh = false, saturated = false;
+    SluiceInputs in;
+    SluiceCost cost;
+    int64_t cached = 0;
+    double itl_ms = 0;
+    bool fresh = false, saturated = false, meets_slo = true;
   };
-  void evaluate(const PickRequest& req, std::span<const EndpointView> endpoints);
+  // Uncached tokens dispatched to one endpoint per ms, smoothed (the prefill duty's input).
+  struct PrefillRate {
+    int64_t last_total = -1;
+    Time last{};
+    double per_ms = 0;
+  };
+  void evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now);
+  double prefill_duty(const EndpointView& v, Time now);
   bool embedding(const PickRequest& req) const { return kind_ == PoolKind::embedding || req.kind == ApiKind::embedding; }
+  double output_of(const PickRequest& req) const;
 
   SluiceParams params_;
   PoolKind kind_;
   PrefixTracker prefix_;
-  double mean_prompt_;
+  double mean_prompt_, mean_output_;
   size_t cursor_ = 0;
   std::vector<Eval> evals_;
+  std::vector<PrefillRate> rates_;  // by endpoint index
 };
 
 }  // namespace sluice

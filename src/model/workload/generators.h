@@ -16,6 +16,12 @@ std::unique_ptr<ContentGenerator> make_cost_mix(Params& p, uint64_t seed);
 std::unique_ptr<ContentGenerator> make_lora_mix(Params& p, uint64_t seed);
 std::unique_ptr<ContentGenerator> make_tenants(Params& p, uint64_t seed);
 std::unique_ptr<ContentGenerator> make_replay(Params& p, uint64_t seed);
+// hard_shapes.cpp
+std::unique_ptr<ContentGenerator> make_hot_prefix(Params& p, uint64_t seed);
+std::unique_ptr<ContentGenerator> make_agent_sessions(Params& p, uint64_t seed);
+std::unique_ptr<ContentGenerator> make_tool_agent(Params& p, uint64_t seed);
+std::unique_ptr<ContentGenerator> make_kv_pressure(Params& p, uint64_t seed);
+std::unique_ptr<ContentGenerator> make_fan_out(Params& p, uint64_t seed);
 
 // Index drawn from cumulative weights (last element = total).
 size_t pick_weighted(const std::vector<double>& cumulative, std::mt19937_64& rng);

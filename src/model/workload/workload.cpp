@@ -8,7 +8,8 @@
 namespace sluice::workload {
 
 std::vector<std::string> workload_names() {
-  return {"shared_prefix", "multi_turn", "cost_mix", "lora_mix", "tenants", "embeddings", "replay"};
+  return {"shared_prefix", "multi_turn", "cost_mix",   "lora_mix",    "tenants",  "embeddings",
+          "replay",        "hot_prefix", "agent_sessions", "tool_agent", "kv_pressure", "fan_out"};
 }
 
 std::variant<WorkloadSpec, std::string> parse_workload_spec(const std::string& text) {
@@ -57,6 +58,11 @@ std::variant<std::unique_ptr<ContentGenerator>, std::string> make_content(const 
   else if (spec.name == "tenants") g = make_tenants(p, seed);
   else if (spec.name == "embeddings") g = make_embeddings(p, seed);
   else if (spec.name == "replay") g = make_replay(p, seed);
+  else if (spec.name == "hot_prefix") g = make_hot_prefix(p, seed);
+  else if (spec.name == "agent_sessions") g = make_agent_sessions(p, seed);
+  else if (spec.name == "tool_agent") g = make_tool_agent(p, seed);
+  else if (spec.name == "kv_pressure") g = make_kv_pressure(p, seed);
+  else if (spec.name == "fan_out") g = make_fan_out(p, seed);
   if (p.ok()) p.finish();
   if (!p.ok()) return p.error();
   if (!g) return "workload " + spec.name + ": invalid parameters";

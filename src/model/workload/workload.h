@@ -20,6 +20,18 @@
 //                  keys: input 500, output 100.
 //   embeddings     embedding inputs of input_min..input_max tokens (50..500).  key: model (embed).
 //   replay         a JSONL trace (`file=`), see trace.h.  keys: file, scale (time multiplier, 1).
+//   hot_prefix     a `hot_share` (0.5) of requests on one prefix of hot_system (6000) tokens, the rest
+//                  over `groups` (100) prefixes of `system` (2000).  keys also: question 200, output 200.
+//   agent_sessions `sessions` (64) concurrent agent sessions of `turns` (14) turns: system 2000 + task
+//                  200, each turn appends the answer (150) and a tool result of tool_min..tool_max
+//                  (1000..2000) tokens, so contexts grow past 16k.
+//   tool_agent     Mooncake-like: `prefixes` (200) tool prefixes of prefix_min..prefix_max (8000..16000)
+//                  tokens, Zipf(`zipf` 1.0) popular, unique tails tail_min..tail_max (50..400),
+//                  outputs output_min..output_max (16..64).
+//   kv_pressure    the same keys; defaults 1000 prefixes of 3000..5000 tokens (4M in all), Zipf 0.6,
+//                  tails 100..300, outputs 64..128.
+//   fan_out        `samples` (8) identical requests in a row on one of `groups` (200) contexts of
+//                  `context` (4000) tokens.  keys also: question 100, output 150.
 // Every generator also takes model= (default llama; embed for embeddings) and stream= (1).
 #pragma once
 #include <cstdint>

@@ -182,7 +182,7 @@ namespace {
 TEST(FleetSanity, DISABLED_Explore) {
   for (double lng : {0.0, 0.1}) for (double hot : {0.0, 0.6}) for (double rate : {80.0, 160.0}) {  // long: share of 8k-token unshared prompts; hot: share of one prefix
     for (auto [name, params] : std::vector<std::pair<std::string, std::map<std::string, double>>>{
-             {"sluice", {}}, {"sluice", {{"prefill_weight", 1}}}, {"sluice", {{"prefill_weight", 3}}},
+             {"sluice", {}}, {"sluice", {{"kv_risk_start", 0.7}}}, {"sluice", {{"kv_risk_start", 0.9}}},
              {"cache_aware", {}}, {"llmd_default", {}}, {"round_robin", {}}}) {
       FleetResult r = run_fleet(name, params, rate, hot, lng);
       std::printf("long %.1f hot %.1f rate %.0f %-13s %zu params: hit %.3f ttft %.1f ms (%d)\n", lng, hot, rate, name.c_str(), params.size(), r.hit_rate, r.mean_ttft_ms, r.finished);

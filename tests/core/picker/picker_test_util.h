@@ -32,6 +32,7 @@ struct FakePool {
     l.prefill_tokens += std::max<int64_t>(0, req.input_tokens - cached);
     l.decode_tokens += req.max_output_tokens;
     l.context_tokens += req.input_tokens + req.max_output_tokens;
+    l.live_context_tokens += req.input_tokens;
     l.assigned_since_scrape += 1;
   }
 };

@@ -20,9 +20,9 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
   std::string t = prompt('a', 4000);
   auto c = testing::rank(p, pool, testing::chat(t, 1000));
   ASSERT_EQ(c.size(), 1u);
-  // TTFT, one step: max(W 5.5, 0.022 x 1000) + C0 2 = 24 ms; cost adds 2 x 0.022 x 1000 = 44 ms
-  // of GPU time taken from later requests.
-  EXPECT_NEAR(-c[0].score, 68.0, 1e-9);
+  // TTFT, one step: max(W 5.5, 0.022 x 1000) + C0 2 + attention 1.5e-6 x 1000 x 500 = 24.75 ms;
+  // decode: 100 tokens alone at C0 + W + delta + gamma x 1050 = 7.5725 ms; nobody else to slow down.
+  EXPECT_NEAR(-c[0].score, 24.75 + 757.25, 1e-9);
   EXPECT_EQ(c[0].predicted_cached_tokens, 0);
   std::vector<Explanation> ex;
   auto v = pool.views();
@@ -30,8 +30,11 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
   ASSERT_EQ(ex.size(), 1u);
   std::map<std::string_view, double> terms;
   for (auto& term : ex[0].terms) terms[term.name] = term.value;
-  EXPECT_NEAR(terms["ttft_ms"], 24.0, 1e-9);
-  EXPECT_NEAR(terms["cost_ms"], 68.0, 1e-9);
+  EXPECT_NEAR(terms["ttft_ms"], 24.75, 1e-9);
+  EXPECT_NEAR(terms["decode_ms"], 757.25, 1e-9);
+  // ITL: that step plus its own prefill's stall spread over its tokens, (22 - 5.5 + 0.75) / 100.
+  EXPECT_NEAR(terms["itl_ms"], 7.5725 + 0.1725, 1e-9);
+  EXPECT_NEAR(terms["cost_ms"], 782.0, 1e-9);
   EXPECT_EQ(terms["uncached_tokens"], 1000);
 }
 
@@ -140,10 +143,9 @@ void burst(bool stale, bool same_prompt, int min_each = 20, int max_each = 30) {
 
 TEST(SluicePolicy, BurstSpreadsWithStaleSignals) { burst(true, false); }
 TEST(SluicePolicy, BurstSpreadsWithFreshSignals) { burst(false, false); }
-// One prompt 100 times: after the first, each copy costs one partial block of prefill where the
-// prefix is cached, so copies stay there (the engine batches them in one step) until the endpoint
-// reaches queue_limit (64) requests not yet past first token; then the next endpoint takes over.
-// Never the whole burst on one endpoint.
+// One prompt 100 times: copies stay where the prompt is cached while their batch there costs less
+// than a cold prefill elsewhere (sluice_cost_test.cpp pins the numbers); never the whole burst on
+// one endpoint.
 TEST(SluicePolicy, BurstOfOnePromptStopsAtTheQueueLimit) { burst(true, true, 0, 64); }
 
 TEST(SluicePolicy, ExplainGivesTerms) {

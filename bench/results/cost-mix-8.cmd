@@ -1,0 +1,1 @@
+sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle --replicas 8 --workload cost_mix --rates 20,40,60,80,100 --requests 4000   # source: 8b8e2c4 + uncommitted changes under src/

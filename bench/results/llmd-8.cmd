@@ -1,0 +1,1 @@
+sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle --replicas 8 --workload shared_prefix:llmd --rates 2,4,6,8,10,12,14,16,20,25,30,40 --requests 3000   # source: 321b4e4 + uncommitted changes under src/

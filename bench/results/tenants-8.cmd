@@ -1,0 +1,1 @@
+sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle --replicas 8 --workload tenants --rates 40,80,120,160 --requests 4000 --tenants   # source: 8b8e2c4 + uncommitted changes under src/

@@ -1,0 +1,29 @@
+#!/usr/bin/env python3
+"""Replicas holding the hot prefix (engine KV truth, >= 90% of its blocks) per policy and rate, from
+`sluice fleetsim --json-out` files of a workload with a hot prefix (hot_prefix: group "hot";
+tool_agent: the most popular prefix "p0"), and the sluice series over time at each rate.
+
+usage: hot_holders.py FILE.json [--series POLICY]
+"""
+import json
+import sys
+
+path = sys.argv[1]
+series_policy = sys.argv[sys.argv.index("--series") + 1] if "--series" in sys.argv else "sluice"
+runs = [json.loads(l) for l in open(path) if l.strip()]
+print("| policy | rate | holders mean / max | receivers per second (mean) | hit rate |")
+print("|---|---|---|---|---|")
+for r in sorted(runs, key=lambda r: (r["offered_rate"], r["policy"])):
+    h = r.get("hot_prefix")
+    if not h:
+        continue
+    print(f"| {r['policy']} | {r['offered_rate']:g} | {h['holders_mean']:.1f} / {h['holders_max']} | "
+          f"{h['receivers_mean']:.1f} | {r['fleet']['prefix_hit_rate']*100:.1f}% |")
+print()
+for r in sorted(runs, key=lambda r: r["offered_rate"]):
+    if r["policy"] != series_policy or not r.get("hot_prefix"):
+        continue
+    s = r["hot_prefix"]["series"]
+    step = max(1, len(s) // 16)
+    pts = " ".join(f"{int(t)}s:{h}" for t, h, _, _ in s[::step])
+    print(f"- {series_policy} @ {r['offered_rate']:g} req/s, holders over time (t: replicas): {pts}")

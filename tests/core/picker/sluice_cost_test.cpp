@@ -1,0 +1,395 @@
+// Each term of the sluice policy's cost (sluice_policy.h) on its own, against the engine's step-time
+// model, and the behaviours that fall out of their sum: a hot prefix is copied to a cold endpoint
+// when its warm endpoint's batch makes it dearer, and a burst of one prompt is kept together while
+// the warm endpoint absorbs it.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/engine/cost_model.h"
+#include "core/picker/sluice_policy.h"
+#include "picker_test_util.h"
+
+namespace sluice {
+namespace {
+
+using testing::FakePool;
+
+const SluiceParams kP{};
+const SluiceParams kPlain{};  // the default: decode priced in plain ms
+// Decode priced by its lag behind the ITL SLO's pace (decode_price 1).
+SluiceParams lag_priced() {
+  SluiceParams p;
+  p.decode_price = 1;
+  return p;
+}
+const SluiceParams kLag = lag_priced();
+
+// One decode step of the engine's cost model (no prefill in the step).
+double engine_step(double seqs, double kv_read) {
+  engine::CostModel m;
+  engine::StepShape s;
+  s.num_tokens = static_cast<int64_t>(seqs);
+  s.num_seqs = static_cast<int64_t>(seqs);
+  s.kv_read_tokens = static_cast<int64_t>(kv_read);
+  return m.step_ms(s);
+}
+
+TEST(SluiceCost, DefaultsAreTheDefaultEngineProfile) {
+  const auto prof = engine::find_profile(engine::kDefaultProfile);
+  ASSERT_TRUE(prof);
+  EXPECT_EQ(kP.c0_ms, prof->cost.c0_ms);
+  EXPECT_EQ(kP.w_ms, prof->cost.w_ms);
+  EXPECT_EQ(kP.beta_ms, prof->cost.beta_ms);
+  EXPECT_EQ(kP.delta_ms, prof->cost.delta_ms);
+  EXPECT_EQ(kP.gamma_ms, prof->cost.gamma_ms);
+  EXPECT_EQ(kP.eps_ms, prof->cost.eps_ms);
+  EXPECT_EQ(kP.chunk_tokens, static_cast<double>(prof->max_num_batched_tokens));
+}
+
+TEST(SluiceCost, IdleEndpoint) {
+  SluiceInputs in;
+  in.input = 1000;
+  in.output = 100;
+  in.capacity_tokens = 432000;
+  const SluiceCost c = sluice_cost(kPlain, in);
+  EXPECT_EQ(sluice_cost(kLag, in).decode_ms, 0);  // alone, far faster than the SLO's pace: no lag
+  // One prefill step of 1000 tokens: max(W, beta x 1000) + C0 + attention eps x 1000 x 500.
+  EXPECT_NEAR(c.ttft_ms, 22.0 + 2.0 + 1.5e-6 * 1000 * 500, 1e-9);
+  // 100 tokens alone, at the engine's step time for one sequence reading its mean context.
+  EXPECT_NEAR(c.decode_ms, 100 * engine_step(1, 1050), 1e-9);
+  EXPECT_EQ(c.interference_ms, 0);     // nobody to slow down
+  EXPECT_EQ(c.prefill_imposed_ms, 0);
+  EXPECT_EQ(c.kv_ms, 0);
+  EXPECT_NEAR(c.total(), c.ttft_ms + c.decode_ms, 1e-9);
+}
+
+TEST(SluiceCost, TtftCountsTheQueueTheDecodersAndTheirKvRead) {
+  SluiceInputs in;
+  in.input = 1000;
+  in.output = 10;
+  in.capacity_tokens = 432000;
+  const double idle = sluice_cost(kP, in).ttft_ms;
+  in.queue_tokens = 20000;  // 21000 tokens to prefill: 3 chunked steps
+  const double queued = sluice_cost(kP, in).ttft_ms;
+  EXPECT_NEAR(queued, 0.022 * 21000 + 3 * 2.0 + 1.5e-6 * 1000 * 500, 1e-9);
+  in.decoding = 100;
+  in.kv_read = 1e6;  // every one of the 3 steps also reads the decoders' KV
+  const double with_decode = sluice_cost(kP, in).ttft_ms;
+  EXPECT_NEAR(with_decode - queued, 0.022 * 300 + 3 * (0.02 * 100 + 5e-5 * 1e6), 1e-9);
+  in.cached = 800;  // a cached prefix removes its prefill (the attention over it remains)
+  EXPECT_LT(sluice_cost(kP, in).ttft_ms, with_decode - 0.022 * 700);
+  EXPECT_GT(idle, 0);
+}
+
+TEST(SluiceCost, DecodeRunsAtTheBatchItJoins) {
+  SluiceInputs in;
+  in.input = 2000;
+  in.output = 200;
+  in.decoding = 40;
+  in.queued = 10;
+  in.kv_read = 300000;
+  in.capacity_tokens = 1e9;
+  const SluiceCost c = sluice_cost(kPlain, in);
+  EXPECT_NEAR(c.decode_ms, 200 * engine_step(51, 300000 + 2100), 1e-9);
+}
+
+TEST(SluiceCost, InterferenceIsTheOthersRemainingTokensTimesTheStepIncrease) {
+  SluiceInputs in;
+  in.input = 8000;
+  in.output = 100;
+  in.decoding = 30;
+  in.kv_read = 30 * 8000;
+  in.capacity_tokens = 1e9;
+  const double inc = engine_step(31, 30 * 8000 + 8050) - engine_step(30, 30 * 8000);
+  EXPECT_NEAR(inc, 0.02 + 5e-5 * 8050, 1e-9);  // its batch slot and the KV its attention reads
+  in.remaining = 1000;  // the others finish within our decode: all 1000 of their tokens slow down
+  EXPECT_NEAR(sluice_cost(kPlain, in).interference_ms, 1000 * inc, 1e-9);
+  in.remaining = 30 * 500;  // they outlive us: only the 30 x 100 tokens produced alongside ours
+  EXPECT_NEAR(sluice_cost(kPlain, in).interference_ms, 3000 * inc, 1e-9);
+  // Past the weight-read floor every sequence also costs beta per step.
+  in.decoding = 400;
+  in.kv_read = 0;
+  in.remaining = 1e9;
+  const double over = engine_step(401, 8050) - engine_step(400, 0);
+  EXPECT_NEAR(over, 0.022 + 0.02 + 5e-5 * 8050, 1e-9);
+  EXPECT_NEAR(sluice_cost(kPlain, in).interference_ms, 400 * 100 * over, 1e-6);
+}
+
+TEST(SluiceCost, DecodeIsPricedByItsLagBehindTheSloPace) {
+  SluiceInputs in;
+  in.input = 8000;
+  in.output = 100;
+  in.capacity_tokens = 1e9;
+  in.decoding = 30;
+  in.kv_read = 30 * 8000;
+  in.remaining = 1e9;
+  // A 30-sequence batch at ~22 ms a token keeps the 50 ms pace: no lag, for us or for them.
+  EXPECT_EQ(sluice_cost(kLag, in).decode_ms, 0);
+  EXPECT_EQ(sluice_cost(kLag, in).interference_ms, 0);
+  in.decoding = 100;
+  in.kv_read = 100 * 8200;  // 41 ms of KV read: ~50.5 ms before us, ~50.9 ms with us
+  const double before = engine_step(100, 820000), with = engine_step(101, 828050);
+  ASSERT_GT(before, 50);
+  EXPECT_NEAR(sluice_cost(kLag, in).decode_ms, 100 * (with - 50), 1e-9);
+  EXPECT_NEAR(sluice_cost(kLag, in).interference_ms, 100 * 100 * (with - before), 1e-6);
+  in.kv_read = 100 * 8050;  // just under the pace before us, past it with us: only the excess counts
+  const double b2 = engine_step(100, 805000), w2 = engine_step(101, 813050);
+  ASSERT_LT(b2, 50);
+  ASSERT_GT(w2, 50);
+  EXPECT_NEAR(sluice_cost(kLag, in).interference_ms, 100 * 100 * (w2 - 50), 1e-6);
+  in.prefill_duty = 0.5;  // prefill takes half the steps: the stream is twice as slow
+  EXPECT_NEAR(sluice_cost(kLag, in).decode_ms, 100 * (2 * w2 - 50), 1e-9);
+}
+
+TEST(SluiceCost, PrefillImposedOnTheBatchIsFreeUnderTheWeightFloor) {
+  SluiceInputs in;
+  in.input = 6000;
+  in.output = 50;
+  in.capacity_tokens = 1e9;
+  in.decoding = 20;
+  in.queued = 5;
+  const double attention = 1.5e-6 * 6000 * 3000;
+  EXPECT_NEAR(sluice_cost(kP, in).prefill_imposed_ms, 25 * (0.022 * 6020 - 5.5 + attention), 1e-9);
+  in.cached = 5990;  // a 10-token tail fits under W: only its attention over the prefix remains
+  EXPECT_NEAR(sluice_cost(kP, in).prefill_imposed_ms, 25 * 1.5e-6 * 10 * (5990 + 5), 1e-9);
+  in.decoding = 0;
+  in.queued = 0;
+  in.cached = 0;
+  EXPECT_EQ(sluice_cost(kP, in).prefill_imposed_ms, 0);  // an idle endpoint: nobody waits
+}
+
+TEST(SluiceCost, KvRiskGrowsFromTheRiskStartAndScalesWithTheBatch) {
+  SluiceInputs in;
+  in.input = 1000;
+  in.output = 1000;
+  in.capacity_tokens = 100000;
+  in.decoding = 9;
+  in.kv_usage = 0.70;  // 0.72 after: below the risk start
+  EXPECT_EQ(sluice_cost(kP, in).kv_ms, 0);
+  in.kv_usage = 0.88;  // 0.90 after: risk 0.5
+  EXPECT_NEAR(sluice_cost(kP, in).kv_ms, 0.25 * 10 * 0.022 * 2000, 1e-9);
+  in.kv_usage = 0.99;  // risk 1
+  EXPECT_NEAR(sluice_cost(kP, in).kv_ms, 10 * 0.022 * 2000, 1e-9);
+  in.decoding = 99;
+  EXPECT_NEAR(sluice_cost(kP, in).kv_ms, 100 * 0.022 * 2000, 1e-9);
+}
+
+TEST(SluiceCost, AdapterTermIsPassedThrough) {
+  SluiceInputs in;
+  in.input = 10;
+  in.capacity_tokens = 1e6;
+  in.adapter_ms = 30;
+  EXPECT_EQ(sluice_cost(kP, in).adapter_ms, 30);
+  SluiceInputs none = in;
+  none.adapter_ms = 0;
+  EXPECT_NEAR(sluice_cost(kP, in).total() - 30, sluice_cost(kP, none).total(), 1e-9);
+}
+
+// The policy's inputs from the endpoint's own accounting and fresh signals.
+TEST(SluicePolicyInputs, OwnAccountingAndExternalLoad) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(1);
+  pool.loads[0].in_flight = 5;
+  pool.loads[0].prefill_requests = 2;
+  pool.loads[0].prefill_tokens = 3000;
+  pool.loads[0].decode_tokens = 700;
+  pool.loads[0].live_context_tokens = 40000;
+  pool.signals[0].running = 13;  // 10 from other clients
+  pool.signals[0].waiting = 2;   // all ours
+  pool.signals[0].kv_capacity_blocks = 10000;
+  std::string t(4000, 'x');
+  std::vector<Explanation> ex;
+  auto v = pool.views();
+  p.explain(testing::chat(t, 1000, 100), v, Time{}, ex);
+  std::map<std::string_view, double> term;
+  for (auto& x : ex[0].terms) term[x.name] = x.value;
+  EXPECT_EQ(term["decoding"], 3 + 10);
+  EXPECT_EQ(term["queued"], 2);
+  EXPECT_EQ(term["queue_tokens"], 3000);
+  // The 10 external sequences at the mean context (512 prompt + 256 / 2 output) and mean output / 2.
+  EXPECT_EQ(term["kv_read_tokens"], 40000 + 10 * (512 + 128));
+  EXPECT_EQ(term["remaining_tokens"], 700 + 10 * 128);
+  pool.stale[0] = true;  // stale: own accounting only
+  v = pool.views();
+  p.explain(testing::chat(t, 1000, 100), v, Time{}, ex);
+  term.clear();
+  for (auto& x : ex[0].terms) term[x.name] = x.value;
+  EXPECT_EQ(term["decoding"], 3);
+  EXPECT_EQ(term["kv_read_tokens"], 40000);
+}
+
+// A 6k-token prefix cached on endpoint 1; endpoint 0 runs a batch of the same size and context
+// without it. Requests stay on 1 while its extra decoders cost less than a cold prefill in 0's
+// batch, then the prefix is copied to 0; once both hold it, the smaller batch wins.
+void set_batch(FakePool& pool, size_t e, int64_t n) {
+  pool.loads[e].in_flight = n;
+  pool.loads[e].live_context_tokens = n * 6200;
+  pool.loads[e].decode_tokens = n * 100;
+}
+
+TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointIsCrowdedPlainMs) {
+  SluicePolicy p(kPlain, PoolKind::chat);
+  FakePool pool(2);
+  p.on_endpoints_reset(2);
+  const std::string t = std::string(24000, 'h') + std::string(400, 'q');  // a 6000-token prefix + question
+  auto req = testing::chat(t, -1, 200);
+  p.on_dispatch(req, 1, Time{});
+  auto first = [&] { return testing::rank(p, pool, req)[0].endpoint; };
+  set_batch(pool, 0, 20);
+  set_batch(pool, 1, 20);
+  EXPECT_EQ(first(), 1u);
+  set_batch(pool, 1, 40);
+  EXPECT_EQ(first(), 1u);
+  set_batch(pool, 1, 80);
+  EXPECT_EQ(first(), 0u);
+  p.on_dispatch(req, 0, Time{});
+  EXPECT_EQ(first(), 0u);
+  set_batch(pool, 0, 100);
+  EXPECT_EQ(first(), 1u);
+}
+
+// Decode priced by its lag behind the SLO pace: the prefix stays on its endpoint while the batch
+// there keeps the pace, and is copied once it falls behind.
+TEST(SluicePolicyBehaviour, HotPrefixIsCopiedWhenItsEndpointFallsBehindTheSloLagPriced) {
+  SluicePolicy p(kLag, PoolKind::chat);
+  FakePool pool(2);
+  p.on_endpoints_reset(2);
+  const std::string t = std::string(24000, 'h') + std::string(400, 'q');
+  auto req = testing::chat(t, -1, 200);
+  p.on_dispatch(req, 1, Time{});
+  auto first = [&] { return testing::rank(p, pool, req)[0].endpoint; };
+  set_batch(pool, 0, 20);
+  set_batch(pool, 1, 80);  // 80 x 6.2k tokens: ~34 ms a token, within the pace
+  EXPECT_EQ(first(), 1u);
+  set_batch(pool, 1, 150);  // ~56 ms a token: behind it
+  EXPECT_EQ(first(), 0u);
+  p.on_dispatch(req, 0, Time{});
+  set_batch(pool, 1, 20);  // demand fell: both hold it, both keep the pace; the cheaper TTFT wins
+  set_batch(pool, 0, 60);
+  EXPECT_EQ(first(), 1u);
+}
+
+// n samples of one 8k-token prompt inside one scrape interval (fresh, unchanged signals), the
+// prompt warm on endpoint 1 of 4: a small burst stays together there (one prefill, batched
+// decode); a large one spills over, the warm endpoint keeping the largest share.
+std::map<size_t, int> burst_of(int n, const SluiceParams& params = {}) {
+  SluicePolicy p(params, PoolKind::chat);
+  FakePool pool(4);
+  p.on_endpoints_reset(4);
+  std::string t(32000, 'b');
+  auto req = testing::chat(t, -1, 20);
+  p.on_dispatch(req, 1, Time{});
+  std::map<size_t, int> count;
+  for (int i = 0; i < n; ++i) {
+    auto out = testing::rank(p, pool, req);
+    pool.dispatch(out[0].endpoint, req, out[0].predicted_cached_tokens);
+    p.on_dispatch(req, out[0].endpoint, Time{});
+    count[out[0].endpoint]++;
+  }
+  return count;
+}
+
+TEST(SluicePolicyBehaviour, BurstOfOnePromptStaysTogetherWhileTheWarmEndpointAbsorbsIt) {
+  // Lag-priced: together while the warm endpoint keeps the SLO pace and its queue is below the limit
+  // (64 not yet past first token: FakePool never starts them), then the next endpoint takes the rest.
+  auto small = burst_of(8, kLag);
+  EXPECT_EQ(small[1], 8);
+  auto large = burst_of(200, kLag);
+  EXPECT_GE(large[1], 60);
+  EXPECT_LE(large[1], 130);
+  EXPECT_GE(large.size(), 2u);
+  // The default, decode in plain ms: the decoders' KV reads make copies dearer from the start; 8
+  // still fit, 200 spread over all four.
+  EXPECT_EQ(burst_of(8, kPlain)[1], 8);
+  auto plain = burst_of(200, kPlain);
+  EXPECT_EQ(plain.size(), 4u);
+  EXPECT_GE(plain[1], 40);
+  for (size_t e : {0u, 2u, 3u}) EXPECT_GE(plain[e], 20) << e;
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(SluiceCost, QueuedPrefillAttentionCountsInTtft) {
+  SluiceInputs in;
+  in.input = 100;
+  in.output = 10;
+  in.capacity_tokens = 1e6;
+  in.queue_tokens = 100000;  // a 100k-token document ahead: its attention dwarfs its linear layers
+  const double without = sluice_cost(kP, in).ttft_ms;
+  in.queue_pairs = 100000.0 * 50000.0;
+  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms - without, 1.5e-6 * 100000.0 * 50000.0, 1e-6);
+}
+
+TEST(SluiceSlo, ItlIsTheStepItJoinsStretchedByPrefillDutyPlusItsOwnPrefill) {
+  SluiceInputs in;
+  in.input = 2000;
+  in.cached = 2000;
+  in.output = 100;
+  in.decoding = 50;
+  in.kv_read = 50 * 4000;
+  in.capacity_tokens = 1e9;
+  const double step = engine_step(51, 50 * 4000 + 2050);
+  EXPECT_NEAR(sluice_itl_ms(kP, in), step, 1e-9);
+  in.prefill_duty = 0.5;
+  EXPECT_NEAR(sluice_itl_ms(kP, in), 2 * step, 1e-9);
+  in.prefill_duty = 5;  // capped at 0.9
+  EXPECT_NEAR(sluice_itl_ms(kP, in), 10 * step, 1e-9);
+  in.prefill_duty = 0;
+  in.cached = 0;  // cold: its 2000-token prefill lands in the batch's steps
+  EXPECT_NEAR(sluice_itl_ms(kP, in), step + (0.022 * 2050 - 5.5 + 1.5e-6 * 2000 * 1000) / 100, 1e-9);
+}
+
+TEST(SluiceSlo, MissingTheSloRanksLastWhateverTheCost) {
+  SluiceInputs in;
+  in.input = 1000;
+  in.output = 100;
+  in.capacity_tokens = 1e9;
+  SluiceCost c = sluice_cost(kP, in);
+  EXPECT_TRUE(sluice_meets_slo(kP, in, c));
+  in.decoding = 100;
+  in.kv_read = 100 * 9000;  // 45 ms of KV read per step: past the 50 ms ITL SLO
+  c = sluice_cost(kP, in);
+  EXPECT_GT(sluice_itl_ms(kP, in), 50);
+  EXPECT_FALSE(sluice_meets_slo(kP, in, c));
+  in = SluiceInputs{};
+  in.input = 1000;
+  in.output = 100;
+  in.capacity_tokens = 1e9;
+  in.queue_tokens = 60000;  // > 1 s of prefill queued ahead
+  c = sluice_cost(kP, in);
+  EXPECT_GT(c.ttft_ms, 1000);
+  EXPECT_FALSE(sluice_meets_slo(kP, in, c));
+
+  // In the policy: an endpoint holding the prefix whose batch is past the ITL SLO loses to a cold
+  // one where the request meets it, although its cost (no prefill) is lower.
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  p.on_endpoints_reset(2);
+  const std::string t(8000, 'w');
+  auto req = testing::chat(t, -1, 100);
+  p.on_dispatch(req, 1, Time{});
+  pool.loads[1].in_flight = 100;
+  pool.loads[1].live_context_tokens = 100 * 9000;
+  pool.loads[1].decode_tokens = 100 * 20;
+  pool.loads[0].in_flight = 60;
+  pool.loads[0].live_context_tokens = 60 * 9000;
+  pool.loads[0].decode_tokens = 60 * 20;
+  std::vector<Explanation> ex;
+  auto v = pool.views();
+  p.explain(req, v, Time{}, ex);
+  std::map<std::string_view, double> t0, t1;
+  for (auto& x : ex[0].terms) t0[x.name] = x.value;
+  for (auto& x : ex[1].terms) t1[x.name] = x.value;
+  ASSERT_LT(t1["cost_ms"], t0["cost_ms"]);
+  ASSERT_EQ(t1["meets_slo"], 0);
+  ASSERT_EQ(t0["meets_slo"], 1);
+  EXPECT_EQ(testing::rank(p, pool, req)[0].endpoint, 0u);
+}
+
+}  // namespace
+}  // namespace sluice
