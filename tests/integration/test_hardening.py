@@ -339,7 +339,8 @@ class BodyBudget(unittest.TestCase):
                 time.sleep(0.25)
             after = gw.rss_kib()
             print(f"  RSS 5 s after the clients left: {after >> 10} MiB", file=sys.stderr)
-            self.assertLess(after - base, 24 << 10, "memory must be returned after the spike")
+            if os.environ.get("SLUICE_SANITIZED") != "1":  # ASan's allocator keeps freed memory in quarantine
+                self.assertLess(after - base, 24 << 10, "memory must be returned after the spike")
             healthy_request_works(self, gw)
         finally:
             for s in socks:
