@@ -99,6 +99,7 @@ http {
     listen 127.0.0.1:$stream_port reuseport;
     root $tmp/nginx/stream;
     default_type text/event-stream;
+    location = /health { return 200 'ok'; }  # the gateway's active health check
     location / { error_page 405 =200 \$uri; }
   }
 }

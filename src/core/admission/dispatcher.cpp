@@ -60,6 +60,7 @@ bool Dispatcher::eligible_now(TenantId tenant, uintptr_t cookie, Time now, const
   if (!room) return false;
   if (!fair_.enabled) return true;
   const auto occ = r->occupancy();
+  if (occ.capacity == 0) return true;  // no healthy endpoint: no slots to share, the request is answered
   return ps.share.may_dispatch(tenant, occ.capacity, std::max(occ.in_flight + ps.promised, share_in_flight), now);
 }
 

@@ -178,6 +178,15 @@ TEST(Dispatcher, FairShareKeepsASlotForAQuietTenant) {
   EXPECT_EQ(h.dispatch(), std::vector<uintptr_t>{200});
 }
 
+TEST(Dispatcher, APoolWithNoHealthyEndpointAnswersAtOnceWithFairShares) {
+  // Fair shares of zero slots are zero: without this rule the request waited its whole TTL
+  // (seen live: an endpoint failing its health checks, 30 s queue_timeout instead of 503).
+  Harness h(pool_of(1, 4), FairShareConfig{});
+  h.router.set_healthy(0, false);
+  h.arrive(1, 3);
+  EXPECT_EQ(h.dispatch(), std::vector<uintptr_t>{1});
+}
+
 TEST(Dispatcher, PoolHasRoomCountsTheLargerInFlight) {
   Harness h(pool_of(1, 2));
   EXPECT_TRUE(pool_has_room(h.router, 0, 0, h.now));
