@@ -232,7 +232,7 @@ add50, add99, ratio = s50 - d50, s99 - d99, st / ht
 print(f"haproxy adds {h50 - d50:7.1f} us at p50, {h99 - d99:7.1f} us at p99 over direct")
 print(f"sluice  adds {add50:7.1f} us at p50 (goal <= 50: {'met' if add50 <= 50 else 'NOT met'}), "
       f"{add99:7.1f} us at p99 (goal <= 250: {'met' if add99 <= 250 else 'NOT met'})")
-print(f"sluice / haproxy requests/s: {ratio:.2f}x (goal >= 0.7: {'met' if ratio >= 0.7 else 'NOT met'})")
+print(f"sluice / haproxy requests/s: {ratio:.2f}x (goal >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'})")
 PY
 fi
 
