@@ -48,9 +48,13 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
       reuse = std::make_shared<PoolRuntime>(pc, next_runtime_id.fetch_add(1), seed++, series);
       // A changed pool (an endpoint added or removed, a limit changed) keeps the cache affinity
       // learned for the endpoints it still has.
-      if (PoolRuntime* old = previous ? previous->pool(pc.name) : nullptr)
+      if (PoolRuntime* old = previous ? previous->pool(pc.name) : nullptr) {
         if (size_t kept = reuse->router.adopt_learned(old->router); kept > 0)
           spdlog::info("pool {}: prefix index of {} endpoint(s) carried over to the new config", pc.name, kept);
+        // Requests still running on the old runtime keep counting against the hard cap.
+        const std::shared_ptr<PoolRuntime>& held = previous->pools.find(pc.name)->second;
+        reuse->router.inherit_in_flight(std::shared_ptr<const PoolRouter>(held, &held->router));
+      }
     }
     gen->pools.emplace(pc.name, std::move(reuse));
   }

@@ -165,18 +165,12 @@ bool PoolRouter::healthy(size_t endpoint) const {
 bool PoolRouter::saturated(Time now) const {
   std::lock_guard lock(mu_);
   for (const auto& ep : endpoints_) {
-    if (!ep.healthy || ep.load.in_flight >= config_.max_in_flight_per_endpoint) continue;
+    if (!ep.healthy || in_flight_locked(static_cast<size_t>(&ep - endpoints_.data())) >= config_.max_in_flight_per_endpoint)
+      continue;
     if (is_stale(ep, now)) return false;  // unknown load: trust the hard cap only
     if (ep.signals.waiting < config_.saturation_max_waiting && ep.signals.kv_usage < config_.saturation_max_kv_usage)
       return false;
   }
-  return true;
-}
-
-bool PoolRouter::at_capacity() const {
-  std::lock_guard lock(mu_);
-  for (const auto& ep : endpoints_)
-    if (ep.healthy && ep.load.in_flight < config_.max_in_flight_per_endpoint) return false;
   return true;
 }
 
@@ -202,20 +196,50 @@ PoolRouter::Occupancy PoolRouter::occupancy() const {
   std::lock_guard lock(mu_);
   Occupancy o;
   const int64_t cap = config_.max_in_flight_per_endpoint;
-  for (const auto& ep : endpoints_) {
-    if (!ep.healthy) continue;
+  for (size_t e = 0; e < endpoints_.size(); ++e) {
+    if (!endpoints_[e].healthy) continue;
     o.capacity += cap;
-    o.in_flight += std::min<int64_t>(ep.load.in_flight, cap);
+    o.in_flight += std::min<int64_t>(in_flight_locked(e), cap);
   }
   return o;
+}
+
+void PoolRouter::inherit_in_flight(std::weak_ptr<const PoolRouter> old) {
+  auto p = old.lock();
+  if (!p) return;
+  std::scoped_lock lock(mu_, p->mu_);
+  predecessor_of_.assign(endpoints_.size(), -1);
+  for (size_t e = 0; e < endpoints_.size(); ++e)
+    for (size_t o = 0; o < p->endpoints_.size(); ++o)
+      if (p->endpoints_[o].config.address.str() == endpoints_[e].config.address.str()) {
+        predecessor_of_[e] = static_cast<int>(o);
+        break;
+      }
+  predecessor_ = std::move(old);
+}
+
+int64_t PoolRouter::in_flight_total(size_t e) const {
+  std::lock_guard lock(mu_);
+  return in_flight_locked(e);
+}
+
+// Lock order: a router locks its predecessor (never the reverse), so the chain cannot deadlock.
+int64_t PoolRouter::in_flight_locked(size_t e) const {
+  int64_t n = endpoints_[e].load.in_flight;
+  if (e < predecessor_of_.size() && predecessor_of_[e] >= 0)
+    if (auto p = predecessor_.lock()) n += p->in_flight_total(static_cast<size_t>(predecessor_of_[e]));
+  return n;
 }
 
 std::vector<EndpointSnapshot> PoolRouter::snapshot(Time now) const {
   std::lock_guard lock(mu_);
   std::vector<EndpointSnapshot> out;
   out.reserve(endpoints_.size());
-  for (const auto& ep : endpoints_)
+  for (size_t e = 0; e < endpoints_.size(); ++e) {
+    const auto& ep = endpoints_[e];
     out.push_back({ep.config.name, ep.config.address.str(), is_stale(ep, now), ep.healthy, ep.signals, ep.load});
+    out.back().load.in_flight = in_flight_locked(e);  // streams on a replaced runtime included
+  }
   return out;
 }
 

@@ -78,8 +78,6 @@ class PoolRouter {
   // Dispatches to the endpoint so far (the scraper uses it to tell frozen metrics from idle ones).
   int64_t picks_total(size_t endpoint) const;
 
-  // True when every healthy endpoint is at the pool's hard in-flight cap.
-  bool at_capacity() const;
   // The healthy endpoints' slots under the hard cap and how many are taken (an endpoint's
   // in-flight count above the cap counts as the cap). For fair sharing (admission/fair_share.h).
   struct Occupancy {
@@ -91,6 +89,12 @@ class PoolRouter {
   // have (same address): the prefix index (when both policies keep one). Called before use.
   // Returns the number of endpoints carried over.
   size_t adopt_learned(const PoolRouter& old);
+  // A reload replaced this pool's runtime: requests still running on `old` count against this
+  // router's hard cap (occupancy, saturated) on the endpoints both have (same address), until they
+  // end or `old` is gone, so a reload never lets the engines run more than the cap.
+  void inherit_in_flight(std::weak_ptr<const PoolRouter> old);
+  // Requests in flight on endpoint `e`, those still running on a replaced runtime included.
+  int64_t in_flight_total(size_t e) const;
   // True when every healthy endpoint is at the hard cap or, by fresh engine signals, at the pool's
   // saturation limits (engine waiting >= saturation_max_waiting or KV usage >=
   // saturation_max_kv_usage). Stale signals never saturate an endpoint by themselves. The
@@ -119,12 +123,15 @@ class PoolRouter {
   void move_to_decode(size_t endpoint, int64_t prefill, double pairs);
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;
+  int64_t in_flight_locked(size_t e) const;  // mu_ held: own + the predecessor's
 
   const PoolConfig config_;
   mutable std::mutex mu_;
   std::vector<Endpoint> endpoints_;
   std::unique_ptr<Policy> policy_;
   std::vector<EndpointView> views_;  // scratch, guarded by mu_
+  std::weak_ptr<const PoolRouter> predecessor_;  // set before use (inherit_in_flight)
+  std::vector<int> predecessor_of_;              // endpoint -> the predecessor's index, -1: none
 };
 
 }  // namespace sluice

@@ -131,6 +131,34 @@ TEST(PoolRouterPicker, FrozenMetricsGetAFairShare) {
 
 // A reload that changes the pool (here: a replica added in front) keeps the cache affinity learned
 // for the endpoints both configs have, matched by address, for every policy with a prefix index.
+TEST(PoolRouterPicker, InFlightOnAReplacedRuntimeCountsAgainstTheCap) {
+  // A reload replaces the pool (an endpoint added): requests still running on the old runtime
+  // count against the new one's hard cap and gauge on the endpoints both have, until they end.
+  auto before = pool_of(1, "round_robin");
+  before.max_in_flight_per_endpoint = 2;
+  auto old = std::make_shared<PoolRouter>(before, make_policy(before, 1));
+  auto req = req_of("hello");
+  std::vector<DispatchGuard> running;
+  for (int i = 0; i < 2; ++i) running.push_back(old->dispatch(req, old->rank(req, Time{}).front(), Time{}));
+  auto after = pool_of(2, "round_robin");
+  after.max_in_flight_per_endpoint = 2;
+  PoolRouter next(after, make_policy(after, 2));
+  next.inherit_in_flight(std::shared_ptr<const PoolRouter>(old));
+  EXPECT_EQ(next.in_flight_total(0), 2);
+  EXPECT_EQ(next.in_flight_total(1), 0);
+  EXPECT_EQ(next.occupancy().in_flight, 2);
+  EXPECT_EQ(next.snapshot(Time{})[0].load.in_flight, 2);
+  next.set_healthy(1, false);
+  EXPECT_TRUE(next.saturated(Time{})) << "the shared endpoint is at its cap through the old runtime";
+  running.clear();
+  EXPECT_EQ(next.in_flight_total(0), 0);
+  EXPECT_FALSE(next.saturated(Time{}));
+  running.push_back(old->dispatch(req, old->rank(req, Time{}).front(), Time{}));
+  running.clear();
+  old.reset();  // the old generation is gone
+  EXPECT_EQ(next.in_flight_total(0), 0);
+}
+
 TEST(PoolRouterPicker, AdoptLearnedCarriesThePrefixIndexByAddress) {
   for (const char* policy : {"sluice", "cache_aware", "llmd_default"}) {
     SCOPED_TRACE(policy);
