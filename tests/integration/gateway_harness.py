@@ -66,7 +66,8 @@ class Gateway:
         if workers:
             cmd += ["--workers", str(workers)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        line = read_line_matching(self.proc.stderr, "listening on", 10)
+        # Sanitized builds start several times slower (a loaded CI machine: more still).
+        line = read_line_matching(self.proc.stderr, "listening on", 30 if os.environ.get("SLUICE_SANITIZED") == "1" else 10)
         # "sluice listening on http://127.0.0.1:P (admin http://127.0.0.1:A), N workers"
         parts = line.split("http://")
         self.port = int(parts[1].split(":")[1].split()[0])
