@@ -31,29 +31,6 @@ constexpr size_t kMaxEchoedModel = 256;         // a client-chosen name echoed i
 
 bool iequals(std::string_view a, std::string_view b) { return boost::beast::iequals(a, b); }
 
-// is_hop_by_hop (http_util.h) by Beast's field enum first: one switch for the known names.
-bool hop_by_hop(http::field f, std::string_view name) {
-  switch (f) {
-    case http::field::connection:
-    case http::field::keep_alive:
-    case http::field::proxy_connection:
-    case http::field::transfer_encoding:
-    case http::field::te:
-    case http::field::trailer:
-    case http::field::upgrade:
-    case http::field::host:
-    case http::field::content_length:
-    case http::field::expect:
-    case http::field::proxy_authorization:
-    case http::field::proxy_authenticate:
-      return true;
-    case http::field::unknown:
-      return is_hop_by_hop(name);  // x-request-id
-    default:
-      return false;
-  }
-}
-
 void append_header(std::string& out, std::string_view name, std::string_view value) {
   out.append(name).append(": ", 2).append(value).append("\r\n", 2);
 }
@@ -65,10 +42,6 @@ std::string tenant_of(const DownstreamRequest& req, const RequestModel& m) {
   return "-";
 }
 
-std::string echo(std::string_view v) {
-  if (v.size() <= kMaxEchoedModel) return std::string(v);
-  return fmt::format("{}...", v.substr(0, kMaxEchoedModel));
-}
 
 // The usage-only chunk a stream ends with when stream_options.include_usage is set.
 bool is_usage_only_chunk(const SseEvent& ev) {
@@ -186,7 +159,7 @@ asio::awaitable<bool> RequestLife::run() {
   observe(OverheadPhase::parse, phase);
   if (!parsed.ok()) co_return co_await reject(parsed.error, Reason::bad_request);
   model_ = std::move(parsed.request);
-  rec_.model = echo(model_->model);
+  rec_.model = truncate_echo(model_->model, kMaxEchoedModel);
   rec_.stream = model_->stream;
   rec_.tenant = tenant_of(req_, *model_);
 
@@ -202,7 +175,7 @@ asio::awaitable<bool> RequestLife::run() {
   // ---- resolve the model: alias, adapter, pool; the API kind it serves ----
   route_ = gen_->config->find_model(model_->model);
   if (!route_)
-    co_return co_await reject(api_error(404, fmt::format("The model `{}` does not exist.", echo(model_->model)),
+    co_return co_await reject(api_error(404, fmt::format("The model `{}` does not exist.", truncate_echo(model_->model, kMaxEchoedModel)),
                                         "invalid_request_error", "model", "model_not_found"), Reason::unknown_model);
   rec_.pool = route_->pool;
   pool_ = gen_->pool(route_->pool);
@@ -441,7 +414,7 @@ std::string RequestLife::upstream_head() const {
   bool has_content_type = false;
   for (const auto& f : req_.base()) {
     const std::string_view name = f.name_string();
-    if (hop_by_hop(f.name(), name)) continue;
+    if (is_hop_by_hop(f.name(), name)) continue;
     // With tenants, the bearer key is the gateway's (never forwarded) and the priority header its own.
     if (enforcing_ && (f.name() == http::field::authorization || iequals(name, "x-sluice-priority"))) continue;
     has_content_type |= f.name() == http::field::content_type;
@@ -470,7 +443,7 @@ std::string RequestLife::response_head_from_upstream(bool chunked, size_t conten
   head.append(" ", 1).append(std::string_view(reason.data(), reason.size())).append("\r\n", 2);
   for (const auto& f : res.base()) {
     const std::string_view name = f.name_string();
-    if (hop_by_hop(f.name(), name)) continue;
+    if (is_hop_by_hop(f.name(), name)) continue;
     append_header(head, name, f.value());
   }
   append_header(head, "x-request-id", rec_.id);

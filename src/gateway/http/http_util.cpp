@@ -53,6 +53,29 @@ bool is_hop_by_hop(std::string_view name) {
   return false;
 }
 
+bool is_hop_by_hop(boost::beast::http::field f, std::string_view name) {
+  using boost::beast::http::field;
+  switch (f) {
+    case field::connection:
+    case field::keep_alive:
+    case field::proxy_connection:
+    case field::transfer_encoding:
+    case field::te:
+    case field::trailer:
+    case field::upgrade:
+    case field::host:
+    case field::content_length:
+    case field::expect:
+    case field::proxy_authorization:
+    case field::proxy_authenticate:
+      return true;
+    case field::unknown:
+      return is_hop_by_hop(name);  // x-request-id
+    default:
+      return false;
+  }
+}
+
 std::string new_request_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char hex[] = "0123456789abcdef";

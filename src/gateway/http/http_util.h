@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/beast/http/field.hpp>
+
 #include "core/openai/request.h"
 
 namespace sluice {
@@ -27,6 +29,8 @@ ApiError api_error(int status, std::string message, std::string type = "invalid_
 // Connection-scoped headers that a proxy must not forward (RFC 9110 7.6.1), plus the ones the
 // gateway sets itself on the upstream request.
 bool is_hop_by_hop(std::string_view name);
+// The same by Beast's field enum first (one switch for the known names; the name for the rest).
+bool is_hop_by_hop(boost::beast::http::field f, std::string_view name);
 
 // 32 hex characters, random per request.
 std::string new_request_id();

@@ -67,3 +67,16 @@ TEST(AccessLog, LineIsJsonWithEveryField) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+TEST(HttpUtil, HopByHopByFieldAgreesWithByName) {
+  using boost::beast::http::field;
+  using boost::beast::http::string_to_field;
+  for (std::string_view name : {"Connection", "keep-alive", "Proxy-Connection", "Transfer-Encoding", "TE", "Trailer",
+                                "Upgrade", "Host", "Content-Length", "Expect", "x-request-id", "Proxy-Authorization",
+                                "Proxy-Authenticate", "Content-Type", "Authorization", "x-custom", "Accept"})
+    EXPECT_EQ(is_hop_by_hop(string_to_field(name), name), is_hop_by_hop(name)) << name;
+}
+}  // namespace
+}  // namespace sluice
