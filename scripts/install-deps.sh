@@ -10,6 +10,13 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   clang libclang-rt-14-dev curl python3 prometheus haproxy nginx-light wrk
   nodejs chromium gnuplot-nox
+  # active-active and the Endpoint Picker: KV events (ZeroMQ + msgpack), shared budgets (Redis),
+  # ext_proc (gRPC + protobuf), and the Python peers the integration tests use (/usr/bin/python3).
+  # msgpack: msgpuck (libmsgpuck-dev, Tarantool's header-only C codec); Debian 12's msgpack-c and
+  # msgpack-cxx packages both depend on Boost 1.74, which conflicts with the Boost 1.81 sluice uses.
+  libzmq3-dev cppzmq-dev libmsgpuck-dev libhiredis-dev redis-server
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  python3-zmq python3-msgpack python3-redis python3-grpcio python3-protobuf
 )
 
 missing=()
@@ -27,7 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   # Debian starts packaged daemons on install; sluice's tests and benchmarks start their own.
-  for svc in nginx haproxy prometheus; do
+  for svc in nginx haproxy prometheus redis-server; do
     $SUDO service "$svc" stop >/dev/null 2>&1 || true
   done
 else
