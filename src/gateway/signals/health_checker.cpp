@@ -6,23 +6,18 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
 #include "gateway/observability/metrics.h"
+#include "gateway/signals/http_get.h"
 
 namespace sluice {
 
 namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
 
 struct HealthCheckers::Impl {
   asio::strand<asio::io_context::executor_type> strand;
@@ -34,50 +29,16 @@ struct HealthCheckers::Impl {
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-// One probe: connect, GET, read the response; true on a 2xx within `timeout`.
+// One probe on a fresh connection: true on a 2xx within `timeout`.
 asio::awaitable<bool> probe(const Address& addr, const std::string& path, Duration timeout, std::string& error) {
-  auto ex = co_await asio::this_coro::executor;
-  beast::tcp_stream stream(ex);
-  stream.expires_after(timeout);
-  boost::system::error_code ec;
-  auto ip = asio::ip::make_address(addr.host, ec);
-  tcp::endpoint target;
-  if (!ec) {
-    target = tcp::endpoint(ip, addr.port);
-  } else {
-    tcp::resolver resolver(ex);
-    auto [rerr, results] = co_await resolver.async_resolve(addr.host, std::to_string(addr.port), use_tuple);
-    if (rerr || results.empty()) {
-      error = "resolve: " + rerr.message();
-      co_return false;
-    }
-    target = *results.begin();
-  }
-  auto [cerr] = co_await stream.async_connect(target, use_tuple);
-  if (cerr) {
-    error = "connect: " + cerr.message();
+  HttpGetConnection c(addr.host, addr.port, "sluice-health", false);
+  HttpGetResult r = co_await c.get(path, timeout, 64u << 10);
+  if (!r.error.empty()) {
+    error = std::move(r.error);
     co_return false;
   }
-  http::request<http::empty_body> req{http::verb::get, path, 11};
-  req.set(http::field::host, addr.str());
-  req.set(http::field::user_agent, "sluice-health");
-  req.keep_alive(false);
-  auto [werr, wn] = co_await http::async_write(stream, req, use_tuple);
-  if (werr) {
-    error = "write: " + werr.message();
-    co_return false;
-  }
-  beast::flat_buffer buf;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(64u << 10);
-  auto [rerr, rn] = co_await http::async_read(stream, buf, parser, use_tuple);
-  if (rerr) {
-    error = "read: " + rerr.message();
-    co_return false;
-  }
-  const int status = parser.get().result_int();
-  if (status < 200 || status >= 300) {
-    error = "status " + std::to_string(status);
+  if (r.status < 200 || r.status >= 300) {
+    error = "status " + std::to_string(r.status);
     co_return false;
   }
   co_return true;

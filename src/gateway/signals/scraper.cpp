@@ -3,31 +3,25 @@
 #include <xxhash.h>
 
 #include <atomic>
-#include <optional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
 #include "core/picker/engine_metrics.h"
 #include "core/prom_text.h"
 #include "core/url.h"
+#include "gateway/signals/http_get.h"
 
 namespace sluice {
 
 namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxMetricsBytes = 16u << 20;
@@ -50,65 +44,16 @@ struct ScrapeFetch {
   std::string error;
 };
 
-// A kept-alive HTTP/1.1 connection to one host:port.
-struct Connection {
-  std::string host;
-  std::string port;
-  std::optional<beast::tcp_stream> stream;
-  beast::flat_buffer buffer;
-};
-
-// GET `target` on `c` within `timeout`; reconnects when needed.
-asio::awaitable<ScrapeFetch> fetch(Connection& c, const std::string& target, Duration timeout) {
+// GET `target` on `c` within `timeout` (the connection reconnects when needed); ok on a 200.
+asio::awaitable<ScrapeFetch> fetch(HttpGetConnection& c, const std::string& target, Duration timeout) {
+  HttpGetResult r = co_await c.get(target, timeout, kMaxMetricsBytes, "text/plain;version=0.0.4");
   ScrapeFetch out;
-  auto ex = co_await asio::this_coro::executor;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!c.stream) {
-    tcp::resolver resolver(ex);
-    auto [rerr, results] = co_await resolver.async_resolve(c.host, c.port, use_tuple);
-    if (rerr) {
-      out.error = "resolve: " + rerr.message();
-      co_return out;
-    }
-    c.stream.emplace(ex);
-    c.stream->expires_at(deadline);
-    auto [cerr, ep] = co_await c.stream->async_connect(results, use_tuple);
-    if (cerr) {
-      out.error = "connect: " + cerr.message();
-      c.stream.reset();
-      co_return out;
-    }
-    c.buffer.clear();
+  if (!r.error.empty()) out.error = std::move(r.error);
+  else if (r.status != 200) out.error = "status " + std::to_string(r.status);
+  else {
+    out.ok = true;
+    out.body = std::move(r.body);
   }
-  http::request<http::empty_body> req{http::verb::get, target, 11};
-  req.set(http::field::host, c.host + ":" + c.port);
-  req.set(http::field::user_agent, "sluice-scraper");
-  req.set(http::field::accept, "text/plain;version=0.0.4");
-  req.keep_alive(true);
-  c.stream->expires_at(deadline);
-  auto [werr, wn] = co_await http::async_write(*c.stream, req, use_tuple);
-  if (werr) {
-    out.error = "write: " + werr.message();
-    c.stream.reset();
-    co_return out;
-  }
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kMaxMetricsBytes);
-  auto [rderr, rn] = co_await http::async_read(*c.stream, c.buffer, parser, use_tuple);
-  if (rderr) {
-    out.error = "read: " + rderr.message();
-    c.stream.reset();
-    co_return out;
-  }
-  auto res = parser.release();
-  if (!res.keep_alive()) c.stream.reset();
-  else c.stream->expires_never();
-  if (res.result() != http::status::ok) {
-    out.error = "status " + std::to_string(res.result_int());
-    co_return out;
-  }
-  out.ok = true;
-  out.body = std::move(res.body());
   co_return out;
 }
 
@@ -116,17 +61,13 @@ asio::awaitable<void> scrape_loop(std::shared_ptr<Scrapers::Impl> impl, PoolRout
                                   size_t status_slot, std::function<Time()> now, std::shared_ptr<const void> keep) {
   const EndpointConfig ep = router->config().endpoints.at(index);
   const ScrapeConfig sc = router->config().scrape;
-  Connection conn;
-  conn.host = ep.address.host;
-  conn.port = std::to_string(ep.address.port);
-  std::unique_ptr<Connection> dcgm;
+  HttpGetConnection conn(ep.address.host, ep.address.port, "sluice-scraper", true);
+  std::unique_ptr<HttpGetConnection> dcgm;
   std::string dcgm_target;
   if (!ep.duty_cycle_url.empty()) {
     std::string error;  // the config validated the URL already
     if (auto u = parse_http_url(ep.duty_cycle_url, error)) {
-      dcgm = std::make_unique<Connection>();
-      dcgm->host = u->host;
-      dcgm->port = std::to_string(u->port);
+      dcgm = std::make_unique<HttpGetConnection>(u->host, u->port, "sluice-scraper", true);
       dcgm_target = u->target.empty() ? "/metrics" : u->target;
     } else {
       spdlog::warn("scraper {}/{}: ignoring duty_cycle_url: {}", router->config().name, ep.name, error);
