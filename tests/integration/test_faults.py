@@ -317,6 +317,33 @@ class TestHangingReplica(FaultTest):
         self.assert_quiescent()
 
 
+class TestStoppedReplica(FaultTest):
+    """A replica frozen by SIGSTOP (a real hang: the kernel still accepts connections into its
+    backlog, nothing answers) is taken out, requests meant for it are retried elsewhere before any
+    byte reached the client, and after SIGCONT it comes back by itself."""
+
+    def test_sigstop_then_sigcont(self):
+        self.start_gateway()
+        victim = self.replicas[0]
+        os.kill(victim.proc.pid, signal.SIGSTOP)
+        try:
+            results = send_many(self.gw.port, 12, concurrency=6)
+            self.assert_all_accounted(results, 2 * FIRST_BYTE_MS / 1000 + 3)
+            # Nothing had reached the client: a first-byte timeout is retried on another replica.
+            self.assertTrue(all(r.status == 200 for r in results), [(r.status, r.body[-200:]) for r in results])
+            self.wait_for(lambda: self.gw.endpoint_value("sluice_endpoint_healthy", victim.port) == 0, 5,
+                          "stopped replica marked unhealthy")
+            self.assertGreater(sum(self.gw.series("sluice_retries_total").values()), 0,
+                               "no request was sent to the stopped replica")
+        finally:
+            os.kill(victim.proc.pid, signal.SIGCONT)
+        self.wait_for(lambda: self.gw.endpoint_value("sluice_endpoint_healthy", victim.port) == 1, 10,
+                      "replica back after SIGCONT (probes ok, ejection over)")
+        after = send_many(self.gw.port, 12, concurrency=4)
+        self.assertTrue(all(r.status == 200 for r in after), [r.status for r in after])
+        self.assert_quiescent()
+
+
 class TestWholeFleetDown(FaultTest):
     REPLICAS = 2
 
