@@ -159,8 +159,12 @@ class ProcessStream final : public grpc::ServerBidiReactor<pb::ProcessingRequest
       return;
     }
     if (finishing_) return;
+    inline_ = true;
     handle();
-    if (!deciding_ && !finishing_ && !error_) StartRead(&in_);
+    inline_ = false;
+    // The next read: after this message unless a decision is pending (it reads on when made).
+    if (!deciding_ && !finishing_ && !error_) read_next_ = true;
+    flush_read();
     maybe_finish();
   }
 
@@ -282,14 +286,15 @@ class ProcessStream final : public grpc::ServerBidiReactor<pb::ProcessingRequest
     phase_ = Phase::deciding;
     deciding_ = true;
     auto self = shared_from_this();
-    exchange_->decide(svc_.next_worker(), [self, body_eos, trailers, no_body](EppAnswer a) {
+    auto now = exchange_->decide(svc_.next_worker(), [self, body_eos, trailers, no_body](EppAnswer a) {
+      std::lock_guard lock(self->mu_);
       self->decided(std::move(a), body_eos, trailers, no_body);
     });
+    if (now) decided(std::move(*now), body_eos, trailers, no_body);  // decided at once, on this thread
   }
 
-  // On a gateway worker: the decision is made.
+  // The decision is made (mu_ held): at once, or later on a gateway worker.
   void decided(EppAnswer a, bool body_eos, bool trailers, bool no_body) {
-    std::lock_guard lock(mu_);
     deciding_ = false;
     if (done_) return;
     if (cancelled_ || read_closed_ || write_broken_) {
@@ -333,8 +338,18 @@ class ProcessStream final : public grpc::ServerBidiReactor<pb::ProcessingRequest
       }
       phase_ = Phase::request_done;
     }
-    if (!finishing_ && !error_ && !read_closed_) StartRead(&in_);
+    if (!inline_ && !finishing_ && !error_ && !read_closed_) {  // decided on a worker: read on
+      read_next_ = true;
+      flush_read();
+    }
     maybe_finish();
+  }
+
+  void flush_read() {
+    if (read_next_ && !finishing_ && !done_) {
+      read_next_ = false;
+      StartRead(&in_);
+    }
   }
 
   void send_immediate(EppAnswer a) {
@@ -393,6 +408,7 @@ class ProcessStream final : public grpc::ServerBidiReactor<pb::ProcessingRequest
   Phase phase_ = Phase::request_headers;
   grpc::Status status_;
   bool deciding_ = false, writing_ = false, finishing_ = false, done_ = false;
+  bool inline_ = false, read_next_ = false;  // in OnReadDone; the next StartRead is due
   bool read_closed_ = false, write_broken_ = false, cancelled_ = false, error_ = false;
 };
 

@@ -145,7 +145,13 @@ struct EppExchange::State {
     finish(Outcome::rejected, e.status, reason);
     return a;
   }
-  asio::awaitable<EppAnswer> decide();
+  // The decision in three steps: everything before admission (nullopt: go on to admit), the
+  // admission itself (at once when it can, else awaited in the gateway queue), and the rest.
+  std::optional<EppAnswer> prepare();
+  EppAnswer after_admit(AdmitResult admitted);
+  std::optional<AdmitRequest> admit_request;
+  ApiKind api = ApiKind::chat;
+  std::chrono::steady_clock::time_point admit_started{};
 };
 
 EppExchange::EppExchange(Gateway& gw, const ExtProcConfig& cfg) : s_(std::make_unique<State>(gw, cfg)) {}
@@ -192,32 +198,48 @@ void EppExchange::protocol_error() {
   else s_->finish(Outcome::rejected, 400, Reason::bad_http);
 }
 
-void EppExchange::decide(asio::any_io_executor ex, std::function<void(EppAnswer)> done) {
-  s_->executor = ex;
+std::optional<EppAnswer> EppExchange::decide(asio::any_io_executor ex, std::function<void(EppAnswer)> done) {
+  auto& s = *s_;
+  if (auto refused = s.prepare()) {
+    decided_ = true;
+    return refused;
+  }
+  auto& admission = *s.gen->admission;
+  if (auto now = admission.try_admit(*s.admit_request)) {  // room and nobody queued: no hop, no timer
+    auto a = s.after_admit(std::move(*now));
+    decided_ = true;
+    return a;
+  }
+  {
+    std::lock_guard lock(s.mu);
+    s.executor = ex;
+  }
   auto self = shared_from_this();
   asio::co_spawn(ex, [self, done = std::move(done)]() -> asio::awaitable<void> {
-    EppAnswer a = co_await self->s_->decide();
+    auto& st = *self->s_;
+    AdmitResult admitted = co_await st.gen->admission->admit(*st.admit_request);
+    EppAnswer a = st.after_admit(std::move(admitted));
     self->decided_ = true;
     done(std::move(a));
   }, asio::detached);
+  return std::nullopt;
 }
 
 // ============ the decision: parse -> authenticate -> resolve -> admit -> pick ============
-asio::awaitable<EppAnswer> EppExchange::State::decide() {
+std::optional<EppAnswer> EppExchange::State::prepare() {
   auto& admission = *gen->admission;
-  const bool enforcing = admission.enforcing();
   const auto kind_of_path = epp::path_kind(path);
   if (!kind_of_path)
-    co_return reject(api_error(404, fmt::format("Unknown path `{}`: the picker routes /v1/chat/completions, "
+    return reject(api_error(404, fmt::format("Unknown path `{}`: the picker routes /v1/chat/completions, "
                                                 "/v1/completions and /v1/embeddings.", truncate_echo(path, 128)),
                                "invalid_request_error", {}, "not_found"), Reason::not_found, {});
-  const ApiKind kind = api_kind(*kind_of_path);
+  const ApiKind kind = api = api_kind(*kind_of_path);
 
   // ---- parse: the same request model ----
   auto phase = std::chrono::steady_clock::now();
   auto parsed = parse_request(kind, body);
   observe(OverheadPhase::parse, phase);
-  if (!parsed.ok()) co_return reject(parsed.error, Reason::bad_request, {});
+  if (!parsed.ok()) return reject(parsed.error, Reason::bad_request, {});
   model = std::move(parsed.request);
   rec.model = truncate_echo(model->model, kMaxEchoedModel);
   rec.stream = model->stream;
@@ -234,31 +256,37 @@ asio::awaitable<EppAnswer> EppExchange::State::decide() {
   if (auth.denial) {
     EppHeaders h;
     for (auto& [k, v] : auth.denial->headers()) h.emplace_back(std::string(k), std::move(v));
-    co_return reject(auth.denial->error, Reason::unauthorized, std::move(h));
+    return reject(auth.denial->error, Reason::unauthorized, std::move(h));
   }
 
   // ---- resolve: alias, adapter, pool ----
   route = gen->config->find_model(model->model);
   if (!route)
-    co_return reject(api_error(404, fmt::format("The model `{}` does not exist.", truncate_echo(model->model, kMaxEchoedModel)),
+    return reject(api_error(404, fmt::format("The model `{}` does not exist.", truncate_echo(model->model, kMaxEchoedModel)),
                                "invalid_request_error", "model", "model_not_found"), Reason::unknown_model, {});
   rec.pool = route->pool;
   pool = gen->pool(route->pool);
   PoolRouter& router = pool->router;
   if ((router.config().kind == PoolKind::embedding) != (kind == ApiKind::embedding))
-    co_return reject(api_error(400, fmt::format("The model `{}` does not support {}.", model->model,
+    return reject(api_error(400, fmt::format("The model `{}` does not support {}.", model->model,
                                                 kind == ApiKind::embedding ? "embeddings" : "completions"),
                                "invalid_request_error", "model", "model_not_supported"), Reason::wrong_api, {});
 
   // ---- admit: the objective's priority, budgets, the gateway queue ----
   std::string objective(fields[epp::kObjectiveHeader]);
   if (objective.empty()) objective = std::string(fields[epp::kObjectiveHeaderOld]);
-  AdmitRequest admit_request{*model, *route, auth.tenant, fields, cancel_signal.slot(),
-                             [this] { return gone.load(std::memory_order_acquire); },
-                             epp::objective_priority(objective, cfg)};
-  AdmitResult admitted;
-  if (auto now = admission.try_admit(admit_request)) admitted = std::move(*now);
-  else admitted = co_await admission.admit(admit_request);
+  admit_request.emplace(AdmitRequest{*model, *route, auth.tenant, fields, cancel_signal.slot(),
+                                     [this] { return gone.load(std::memory_order_acquire); },
+                                     epp::objective_priority(objective, cfg)});
+  admit_started = phase;
+  return std::nullopt;
+}
+
+EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
+  const bool enforcing = gen->admission->enforcing();
+  const ApiKind kind = api;
+  PoolRouter& router = pool->router;
+  auto phase = admit_started;
   observe(OverheadPhase::admit, phase);
   if (admitted.client_left || (!admitted.denial && gone.load())) {
     ticket = std::move(admitted.ticket);
@@ -266,13 +294,13 @@ asio::awaitable<EppAnswer> EppExchange::State::decide() {
     finish(Outcome::client_cancelled, kClientClosedStatus, Reason::cancelled_queued);
     EppAnswer a;
     a.stream_gone = true;
-    co_return a;
+    return a;
   }
   if (admitted.denial) {
     EppHeaders extra;
     for (auto& [k, v] : admitted.denial->headers()) extra.emplace_back(std::string(k), std::move(v));
     for (auto& [k, v] : admitted.headers) extra.emplace_back(std::string(k), std::move(v));
-    co_return reject(admitted.denial->error, reason_of(admitted.denial->reason), std::move(extra),
+    return reject(admitted.denial->error, reason_of(admitted.denial->reason), std::move(extra),
                      epp::dropped_reason(admitted.denial->reason));
   }
   ticket = std::move(admitted.ticket);
@@ -294,7 +322,7 @@ asio::awaitable<EppAnswer> EppExchange::State::decide() {
   if (allowed.empty()) {
     thread_local AdmissionRng rng{std::random_device{}()};
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(jittered(std::chrono::seconds(1), rng));
-    co_return reject(api_error(503, fmt::format("No {}endpoint serves `{}` right now.", subset ? "eligible subset " : "healthy ",
+    return reject(api_error(503, fmt::format("No {}endpoint serves `{}` right now.", subset ? "eligible subset " : "healthy ",
                                                 truncate_echo(model->model, kMaxEchoedModel)),
                                "server_error", {}, "no_endpoint"),
                      Reason::no_endpoint,
@@ -309,7 +337,7 @@ asio::awaitable<EppAnswer> EppExchange::State::decide() {
     if (gone.load()) {  // the stream ended while ranking
       finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
       a.stream_gone = true;
-      co_return a;
+      return a;
     }
     rec.attempts = 1;
     rec.endpoint = router.config().endpoints[candidates.front().endpoint].name;
@@ -335,7 +363,7 @@ asio::awaitable<EppAnswer> EppExchange::State::decide() {
     a.remove_headers.emplace_back("authorization");
     a.remove_headers.emplace_back("x-sluice-priority");
   }
-  co_return a;
+  return a;
 }
 
 // ============ the response ============

@@ -88,7 +88,10 @@ class EppExchange : public std::enable_shared_from_this<EppExchange> {
   // A malformed or out-of-order message from the ext_proc client: the request ends (rejected
   // 400 before the decision, client_cancelled after it).
   void protocol_error();
-  void decide(boost::asio::any_io_executor ex, std::function<void(EppAnswer)> done);
+  // The answer when it is known at once (a refusal before admission, or admitted without
+  // waiting: no thread hop); else nullopt, and the decision goes on on `ex` (a gateway worker,
+  // waiting in the admission queue) and calls `done` there.
+  std::optional<EppAnswer> decide(boost::asio::any_io_executor ex, std::function<void(EppAnswer)> done);
   bool decided() const { return decided_; }
 
   // Response side.

@@ -37,9 +37,12 @@ struct EppExchangeTest : ::testing::Test {
   }
   EppAnswer decide(EppExchange& ex) {
     std::optional<EppAnswer> got;
-    ex.decide(io.get_executor(), [&](EppAnswer a) { got = std::move(a); });
-    io.run();
-    io.restart();
+    if (auto now = ex.decide(io.get_executor(), [&](EppAnswer a) { got = std::move(a); })) {
+      got = std::move(*now);
+    } else {
+      io.run();
+      io.restart();
+    }
     EXPECT_TRUE(got);
     return got ? *got : EppAnswer{};
   }
