@@ -25,6 +25,7 @@
 // signal stops at once.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <unordered_set>
@@ -97,6 +98,10 @@ class Server {
   // The workers' executors (a service runs its request work on them) and the services to run.
   std::vector<asio::any_io_executor> worker_executors();
   void add_service(std::unique_ptr<GatewayService> service) { services_.push_back(std::move(service)); }
+  // Starts a new pool runtime's background loops (a service that installs generations needs it).
+  std::function<void(const std::shared_ptr<PoolRuntime>&)> loop_starter() {
+    return [this](const std::shared_ptr<PoolRuntime>& p) { start_loops(p); };
+  }
   Gateway& gateway() { return *gateway_; }
   uint16_t port() const { return port_; }
   uint16_t admin_port() const { return admin_port_; }
