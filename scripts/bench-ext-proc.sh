@@ -78,4 +78,14 @@ wait_port "$grpc_port"
 echo "# scripts/bench-ext-proc.sh: SECONDS_PER_RUN=$seconds THREADS=$threads SLUICE_WORKERS=$workers, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$root" rev-parse --short HEAD)"
 "$build/sluice_ext_proc_bench" --ext-proc-port "$grpc_port" --gateway-port "$sluice_port" --direct-port "$nginx_port" \
   --threads "$threads" --seconds "$seconds"
+# The gateway's own CPU per pick: the ext_proc run alone, the sluice process's CPU time around it.
+spid=${pids[1]}
+cpu() { awk '{print $14 + $15}' "/proc/$spid/stat"; }
+before=$(cpu)
+out=$("$build/sluice_ext_proc_bench" --ext-proc-port "$grpc_port" --gateway-port "$sluice_port" --direct-port "$nginx_port" \
+  --threads "$threads" --seconds "$seconds" --only ext_proc)
+after=$(cpu)
+echo "$out"
+picks=$(echo "$out" | sed -E 's/.* ([0-9]+) picks, .*/\1/')
+python3 -c "t=($after-$before)/$(getconf CLK_TCK); p=$picks; print(f'  gateway CPU: {t:.2f} s for {p} picks = {t/p*1e6:.0f} us per pick -> {p/t:.0f} picks/s per fully used core')"
 curl -s "127.0.0.1:$admin_port/metrics" | grep -E '^sluice_requests_total|^sluice_ext_proc_(streams|bad)' | sed 's/^/  metrics: /'

@@ -171,6 +171,7 @@ Figures run(int threads, double seconds, MakeClient make) {
 int main(int argc, char** argv) {
   int grpc_port = 0, gateway_port = 0, direct_port = 0, threads = 8;
   double seconds = 5;
+  bool only_ext_proc = false;  // --only ext_proc: the throughput run alone (for CPU-per-pick sampling)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const std::string v = argv[i + 1];
@@ -179,6 +180,7 @@ int main(int argc, char** argv) {
     else if (k == "--direct-port") direct_port = std::stoi(v);
     else if (k == "--threads") threads = std::stoi(v);
     else if (k == "--seconds") seconds = std::stod(v);
+    else if (k == "--only") only_ext_proc = v == "ext_proc";
   }
   if (!grpc_port || !gateway_port || !direct_port) {
     std::fprintf(stderr, "usage: sluice_ext_proc_bench --ext-proc-port P --gateway-port P --direct-port P [--threads N] [--seconds S]\n");
@@ -202,6 +204,12 @@ int main(int argc, char** argv) {
   };
   ext_proc_request(*pb::ExternalProcessor::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
                                                                         grpc::InsecureChannelCredentials())));  // warm-up
+  if (only_ext_proc) {
+    const Figures en = run(threads, seconds, ext_proc);
+    std::printf("ext_proc alone, %d clients: %.0f picks/s, %ld picks, errors %ld\n", threads, en.rps,
+                static_cast<long>(en.rps * seconds + 0.5), en.errors);
+    return en.errors > 0 ? 1 : 0;
+  }
   const double lat_s = std::max(1.0, seconds / 2);
   const Figures e1 = run(1, lat_s, ext_proc), g1 = run(1, lat_s, http(gateway_port)), d1 = run(1, lat_s, http(direct_port));
   const Figures en = run(threads, seconds, ext_proc), gn = run(threads, seconds, http(gateway_port)),
