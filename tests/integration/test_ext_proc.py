@@ -228,6 +228,17 @@ admission:
         send2(None)
         self.assertEqual(res2.immediate[0], 429)
         self.assertEqual(res2.immediate[1]["x-llm-d-request-dropped-reason"], "rejected-saturated")
+        # A request waiting in the gateway queue whose stream ends: it leaves the queue at once.
+        queued_before = metric(self.metrics(), "sluice_cancellations_total", phase="queued") or 0
+        send4, responses4, call4 = self.envoy.open()
+        send4(self.envoy._headers_msg([(":method", "POST"), (":path", "/v1/chat/completions")], eos=False))
+        m = self.envoy.pb2.ProcessingRequest()
+        m.request_body.body = chat("tiny-model", "queued")
+        m.request_body.end_of_stream = True
+        send4(m)
+        time.sleep(0.1)
+        call4.cancel()
+        self.wait_metric("sluice_cancellations_total", queued_before + 1, phase="queued")
         before = metric(self.metrics(), "sluice_requests_total", pool="tiny", outcome="client_cancelled") or 0
         call.cancel()  # the client reset mid-stream
         self.wait_metric("sluice_requests_total", before + 1, pool="tiny", outcome="client_cancelled")
@@ -244,6 +255,26 @@ admission:
         self.assertIsNone(res3.immediate)
         self.assertEqual(res3.destination, f"127.0.0.1:{self.tiny_port}")
         call3.cancel()
+
+    def test_served_endpoint_moves_the_accounting(self):
+        res, send, responses, call = self.envoy.decide("/v1/chat/completions", chat(MODEL, "fallback", max_tokens=4))
+        first, second = res.destination.split(",")[:2]
+        def inflight(addr):
+            name = f"replica-{self.chat_ports.index(int(addr.rsplit(':', 1)[1]))}"
+            return metric(self.metrics(), "sluice_endpoint_inflight_requests", pool="chat", endpoint=name)
+        self.assertEqual(inflight(first), 1)
+        m = self.envoy.pb2.ProcessingRequest()  # the proxy's first try failed: it served from the second
+        m.response_headers.headers.headers.add(key=":status", raw_value=b"200")
+        m.metadata_context.filter_metadata["envoy.lb"].update({"x-gateway-destination-endpoint-served": second})
+        send(m)
+        next(responses)
+        self.assertEqual(inflight(first), 0)
+        self.assertEqual(inflight(second), 1)
+        call.cancel()
+        deadline = time.time() + 5
+        while time.time() < deadline and inflight(second) != 0:
+            time.sleep(0.05)
+        self.assertEqual(inflight(second), 0)
 
     # ---- bad clients ----
     def test_garbage_is_counted_and_answered(self):
