@@ -50,13 +50,14 @@ constexpr size_t kBodyChunk = 1u << 20;
 constexpr int kMaxMessageBytes = 64 << 20;
 
 // The kinds of bad client input, counted once each (bounded label values).
-enum class Bad : uint8_t { empty_message, out_of_order, unsupported_mode, body_too_large };
+enum class Bad : uint8_t { empty_message, out_of_order, unsupported_mode, body_too_large, invalid };
 constexpr std::string_view bad_name(Bad b) {
   switch (b) {
     case Bad::empty_message: return "empty_message";
     case Bad::out_of_order: return "out_of_order";
     case Bad::unsupported_mode: return "unsupported_mode";
     case Bad::body_too_large: return "body_too_large";
+    case Bad::invalid: return "invalid";
   }
   return "out_of_order";
 }
@@ -160,7 +161,12 @@ class ProcessStream final : public grpc::ServerBidiReactor<pb::ProcessingRequest
     }
     if (finishing_) return;
     inline_ = true;
-    handle();
+    try {
+      handle();
+    } catch (const std::exception& e) {  // never out of a gRPC callback: that would end the process
+      deciding_ = false;
+      refuse(Bad::invalid, e.what());
+    }
     inline_ = false;
     // The next read: after this message unless a decision is pending (it reads on when made).
     if (!deciding_ && !finishing_ && !error_) read_next_ = true;

@@ -165,7 +165,12 @@ void EppExchange::set_request_headers(const EppHeaders& headers) {
   for (const auto& [k, v] : headers) {
     if (k == ":path") s_->path = v.substr(0, 4096);
     else if (k == ":method") s_->method = v;
-    else if (!k.empty() && k[0] != ':') s_->fields.insert(k, v);  // HTTP/2 pseudo-headers are not fields
+    else if (!k.empty() && k[0] != ':') {  // HTTP/2 pseudo-headers are not fields
+      try {
+        s_->fields.insert(k, v);
+      } catch (const std::exception&) {  // a name or value over Beast's limits: not a header we read
+      }
+    }
   }
   auto rid = s_->fields["x-request-id"];
   s_->rec.id = rid.empty() || rid.size() > 128 ? new_request_id() : std::string(rid);
