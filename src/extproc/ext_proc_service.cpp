@@ -388,7 +388,11 @@ class ProcessStream final : public grpc::ServerBidiReactor<pb::ProcessingRequest
     current_ = std::move(out_.front());
     out_.pop_front();
     writing_ = true;
-    StartWrite(&current_);
+    // More answers queued behind this one (the header and body answers of a decision): let gRPC
+    // coalesce them into one write.
+    grpc::WriteOptions options;
+    if (!out_.empty()) options.set_buffer_hint();
+    StartWrite(&current_, options);
   }
 
   // Finish once nothing is pending: on an error, a cancellation, or when the proxy closed its
