@@ -3,6 +3,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "extproc/ext_proc_service.h"
+#include "gateway/discovery/k8s_discovery.h"
 #include "gateway/server.h"
 #include "sim/embedded_fleet.h"
 
@@ -14,6 +16,12 @@ int run_gateway(std::shared_ptr<const Config> config, const ServeOptions& option
   std::unique_ptr<Server> server;
   try {
     server = std::make_unique<Server>(std::move(config), options);
+    // The Endpoint Picker's gRPC listener (`ext_proc:`), on the same gateway and workers.
+    if (const auto& ep = server->gateway().startup_config().ext_proc)
+      server->add_service(std::make_unique<ExtProcService>(server->gateway(), *ep, server->worker_executors()));
+    // Pools whose endpoints come from Kubernetes (`discovery:`).
+    if (auto discovery = std::make_unique<KubernetesDiscovery>(server->gateway(), server->loop_starter()); !discovery->empty())
+      server->add_service(std::move(discovery));
   } catch (const std::exception& e) {
     spdlog::error("cannot start the gateway: {}", e.what());
     return 1;

@@ -83,7 +83,7 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
 
 PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
   check_keys(n, path, {"name", "kind", "policy", "policy_params", "engine", "endpoints", "upstream", "scrape",
-                       "max_in_flight_per_endpoint", "saturation", "health", "outlier", "retry"});
+                       "max_in_flight_per_endpoint", "saturation", "health", "outlier", "retry", "discovery"});
   PoolConfig p;
   if (!n["name"]) fail(path + ".name", "is required");
   p.name = get<std::string>(n["name"], path + ".name", "a string");
@@ -111,10 +111,12 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
     }
   }
   if (n["engine"]) p.engine = parse_engine(n["engine"], path + ".engine");
-  if (!n["endpoints"] || !n["endpoints"].IsSequence() || n["endpoints"].size() == 0)
+  if (n["discovery"]) p.discovery = parse_discovery_yaml(n["discovery"], path + ".discovery");
+  if (p.discovery && n["endpoints"] && !n["endpoints"].IsSequence()) fail(path + ".endpoints", "expected a list");
+  if (!p.discovery && (!n["endpoints"] || !n["endpoints"].IsSequence() || n["endpoints"].size() == 0))
     fail(path + ".endpoints", "is required and must list at least one endpoint");
   std::set<std::string> seen;
-  for (size_t i = 0; i < n["endpoints"].size(); ++i) {
+  for (size_t i = 0; n["endpoints"] && i < n["endpoints"].size(); ++i) {
     auto ep = parse_endpoint(n["endpoints"][i], fmt::format("{}.endpoints[{}]", path, i), p.engine);
     if (!seen.insert(ep.address.str()).second)
       fail(fmt::format("{}.endpoints[{}]", path, i), "duplicate endpoint " + ep.address.str());
@@ -220,7 +222,7 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   }
   if (!root || root.IsNull()) throw ConfigError("config is empty");
   check_keys(root, "", {"listen", "admin", "workers", "limits", "timeouts", "drain_timeout_ms",
-                        "expose_routing_headers", "pools", "models", "tenants", "admission"});
+                        "expose_routing_headers", "pools", "models", "tenants", "admission", "ext_proc"});
   auto cfg = std::make_shared<Config>();
   if (root["listen"]) cfg->listen = parse_address(root["listen"], "listen");
   if (root["admin"]) cfg->admin = parse_address(root["admin"], "admin");
@@ -246,6 +248,8 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   if (root["drain_timeout_ms"]) cfg->drain_timeout = get_ms(root["drain_timeout_ms"], "drain_timeout_ms", 0);
   if (root["expose_routing_headers"])
     cfg->expose_routing_headers = get<bool>(root["expose_routing_headers"], "expose_routing_headers", "true or false");
+
+  if (root["ext_proc"]) cfg->ext_proc = parse_ext_proc_yaml(root["ext_proc"], "ext_proc");
 
   if (!root["pools"] || !root["pools"].IsSequence() || root["pools"].size() == 0)
     fail("pools", "is required and must list at least one pool");

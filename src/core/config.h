@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/config_error.h"
+#include "core/epp/epp_config.h"
 #include "core/health/outlier_detector.h"
 #include "core/time.h"
 #include "core/url.h"
@@ -90,6 +91,9 @@ struct PoolConfig {
   HealthCheckConfig health;
   OutlierConfig outlier;                   // passive ejection (`outlier:`)
   RetryConfig retry;
+  // Endpoints from Kubernetes (`discovery: {kubernetes: ...}`): `endpoints` may then be empty;
+  // the watch adds and removes them live (gateway/discovery/).
+  std::optional<KubernetesDiscoveryConfig> discovery;
   // The pool's YAML as parsed (canonical dump): equal fingerprints mean an identical pool, which a
   // reload keeps running as it is (prefix index, signals, connections). Empty: never reused.
   std::string fingerprint;
@@ -137,6 +141,8 @@ struct Config {
   // Tenants, token budgets, priorities and the gateway queue (`tenants:` and `admission:`).
   // Never null; `admission->enabled` is false when no tenants are configured.
   std::shared_ptr<const AdmissionSpec> admission;
+  // The Endpoint Picker listener (`ext_proc:`, Envoy ext_proc over gRPC); unset: none.
+  std::optional<ExtProcConfig> ext_proc;
 
   const PoolConfig* find_pool(std::string_view name) const;
   const ModelRoute* find_model(std::string_view name) const;

@@ -108,6 +108,9 @@ class Driver final : public AdmissionRuntime {
 
   bool enforcing() const override { return enforcing_; }
   AuthOutcome authenticate(const boost::beast::http::fields& headers) const override;
+  const Tenant* find_tenant(std::string_view name) const override {
+    return enforcing_ ? admission_.tenants().find(name) : nullptr;
+  }
   asio::awaitable<AdmitResult> admit(const AdmitRequest& in) override;
   void poke() override {
     if (queued_.load(std::memory_order_relaxed) > 0) dispatch();
@@ -357,6 +360,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   std::optional<int64_t> priority;
   if (auto h = in.headers[kPriorityHeader]; enforcing_ && !h.empty())
     priority = parse_priority(std::string_view(h.data(), h.size()));
+  if (in.priority) priority = *in.priority;
 
   auto executor = co_await asio::this_coro::executor;
   asio::steady_timer timer(executor);

@@ -57,6 +57,9 @@ struct AdmitRequest {
   // the queue at once. `client_gone` tells the two kinds of wake-up apart afterwards.
   boost::asio::cancellation_slot cancel;
   std::function<bool()> client_gone;
+  // A priority the caller vouches for (the Endpoint Picker's objective header, from the trusted
+  // proxy): used with or without tenants, in place of the x-sluice-priority header.
+  std::optional<int> priority = std::nullopt;
 };
 
 struct AdmitResult {
@@ -85,6 +88,9 @@ class AdmissionRuntime {
   virtual void render(std::string& out) = 0;
   // The `tenants:` + `admission:` sections it was built from (reused across reloads when equal).
   virtual const std::string& fingerprint() const = 0;
+  // The configured tenant of that name (the Endpoint Picker's fairness id, when trusted); null
+  // when none or without tenants.
+  virtual const Tenant* find_tenant(std::string_view name) const { return nullptr; }
 };
 
 }  // namespace sluice

@@ -5,7 +5,10 @@
 
 #include "core/admission/admission_config.h"
 #include "core/config.h"
+#include "gateway/discovery/discovered.h"
 #include "gateway/gateway.h"
+
+#include <mutex>
 
 namespace sluice {
 
@@ -30,6 +33,14 @@ ReloadResult reload_config(Gateway& gateway, const std::string& path,
     spdlog::error("config reload refused: {}; keeping the current config", e.what());
     return ReloadResult::refused;
   }
+  return apply_config(gateway, next, path, start_loops);
+}
+
+ReloadResult apply_config(Gateway& gateway, std::shared_ptr<const Config> next, const std::string& path,
+                          const std::function<void(const std::shared_ptr<PoolRuntime>&)>& start_loops) {
+  static std::mutex apply_mu;  // SIGHUP and the discovery watchers: one new generation at a time
+  std::lock_guard apply_lock(apply_mu);
+  next = with_discovered(std::move(next));
   const auto cur = gateway.current();
   const Config& start = gateway.startup_config();
   if (next->listen.str() != start.listen.str() || next->admin.str() != start.admin.str() ||

@@ -38,4 +38,12 @@ enum class ReloadResult { refused, applied, no_path };
 ReloadResult reload_config(Gateway& gateway, const std::string& path,
                            const std::function<void(const std::shared_ptr<PoolRuntime>&)>& start_loops);
 
+struct Config;
+// Applies `next` (parsed and validated) as a new generation exactly as a reload does; `source`
+// names it in the log ("config file x.yaml", "kubernetes discovery of pool chat"). Reloads and
+// discovery updates are serialised. Endpoints found by discovery (discovery/discovered.h) are
+// kept across a reload of the file.
+ReloadResult apply_config(Gateway& gateway, std::shared_ptr<const Config> next, const std::string& source,
+                          const std::function<void(const std::shared_ptr<PoolRuntime>&)>& start_loops);
+
 }  // namespace sluice

@@ -148,6 +148,12 @@ Server::~Server() {
   for (const auto& [name, pool] : gateway_->current()->pools) pool->retire();
 }
 
+std::vector<asio::any_io_executor> Server::worker_executors() {
+  std::vector<asio::any_io_executor> out;
+  for (auto& w : workers_) out.push_back(w->io().get_executor());
+  return out;
+}
+
 void Server::start_loops(const std::shared_ptr<PoolRuntime>& pool) {
   auto now = [gw = gateway_.get()] { return gw->now(); };
   auto& io = workers_.back()->io();
@@ -172,6 +178,7 @@ int Server::run() {
   });
   for (const auto& [name, pool] : gateway_->current()->pools) start_loops(pool);
   for (auto& w : workers_) threads_.emplace_back([&io = w->io()] { io.run(); });
+  for (auto& svc : services_) svc->start();
   spdlog::info("sluice listening on http://{}:{} (admin http://{}:{}), {} workers", cfg.listen.host, port_,
                cfg.admin.host, admin_port_, workers_.size());
 
@@ -222,6 +229,7 @@ int Server::run() {
 
   // Close whatever is left and give the coroutines a moment to unwind, so every session (and the
   // upstream leases it holds) is gone before the workers are destroyed.
+  for (auto& svc : services_) svc->stop();
   for (auto& w : workers_) asio::post(w->io(), [wp = w.get()] { wp->abort_all(); });
   admin_->stop();
   for (const auto& [name, pool] : gateway_->current()->pools) pool->retire();

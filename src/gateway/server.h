@@ -25,6 +25,7 @@
 // signal stops at once.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <unordered_set>
@@ -81,10 +82,26 @@ struct ServeOptions {
   std::string config_path;  // re-read, validated and applied on SIGHUP (empty: SIGHUP is ignored)
 };
 
+// A listener run beside the workers on the same gateway (the Endpoint Picker's gRPC listener,
+// src/extproc/): started once the workers run, stopped when the drain ends, before they stop.
+class GatewayService {
+ public:
+  virtual ~GatewayService() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+};
+
 class Server {
  public:
   Server(std::shared_ptr<const Config> config, const ServeOptions& options);
   ~Server();
+  // The workers' executors (a service runs its request work on them) and the services to run.
+  std::vector<asio::any_io_executor> worker_executors();
+  void add_service(std::unique_ptr<GatewayService> service) { services_.push_back(std::move(service)); }
+  // Starts a new pool runtime's background loops (a service that installs generations needs it).
+  std::function<void(const std::shared_ptr<PoolRuntime>&)> loop_starter() {
+    return [this](const std::shared_ptr<PoolRuntime>& p) { start_loops(p); };
+  }
   Gateway& gateway() { return *gateway_; }
   uint16_t port() const { return port_; }
   uint16_t admin_port() const { return admin_port_; }
@@ -98,6 +115,7 @@ class Server {
   uint16_t port_ = 0, admin_port_ = 0;
   std::string config_path_;
   std::unique_ptr<class AdminListener> admin_;
+  std::vector<std::unique_ptr<GatewayService>> services_;
   // A pool runtime's engine /metrics scrapers (scraper.h) and health checks, on the last worker.
   void start_loops(const std::shared_ptr<PoolRuntime>& pool);
 };
