@@ -18,6 +18,7 @@
 namespace sluice {
 
 struct AdmissionSpec;  // core/admission/admission_config.h
+struct RedisSpec;      // core/admission/redis_config.h
 
 enum class EngineKind { vllm, sglang, trtllm };
 std::string_view to_string(EngineKind k);
@@ -137,6 +138,8 @@ struct Config {
   // Tenants, token budgets, priorities and the gateway queue (`tenants:` and `admission:`).
   // Never null; `admission->enabled` is false when no tenants are configured.
   std::shared_ptr<const AdmissionSpec> admission;
+  // Shared token buckets across replicas (`redis:`); null = local buckets.
+  std::shared_ptr<const RedisSpec> redis;
 
   const PoolConfig* find_pool(std::string_view name) const;
   const ModelRoute* find_model(std::string_view name) const;
