@@ -19,7 +19,7 @@ int64_t lease_keep(int64_t burst, int64_t remaining, int replicas, Duration sinc
 }
 
 int64_t lease_idle_bound(int64_t burst, int64_t remaining, int replicas, const LeaseConfig& cfg) {
-  return static_cast<int64_t>(std::max(1, replicas)) * lease_slice(burst, remaining, replicas, cfg);
+  return 2 * static_cast<int64_t>(std::max(1, replicas)) * lease_slice(burst, remaining, replicas, cfg);
 }
 
 }  // namespace sluice

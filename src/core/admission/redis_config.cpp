@@ -66,11 +66,12 @@ RedisSpec parse_redis_yaml(const YAML::Node& node) {
   if (node["key_prefix"]) s.key_prefix = get<std::string>(node["key_prefix"], "redis.key_prefix", "a string");
   if (node["replica_window_ms"]) s.replica_window = get_ms(node["replica_window_ms"], "redis.replica_window_ms");
   if (const auto& l = node["lease"]) {
-    check_keys(l, "redis.lease", {"share", "max_slice", "idle_return_ms", "sync_interval_ms"});
+    check_keys(l, "redis.lease", {"share", "max_slice", "idle_return_ms", "sync_interval_ms", "refresh_ms"});
     if (l["share"]) s.lease.share = get_fraction(l["share"], "redis.lease.share");
     if (l["max_slice"]) s.lease.max_slice = get_fraction(l["max_slice"], "redis.lease.max_slice");
     if (l["idle_return_ms"]) s.lease.idle_return = get_ms(l["idle_return_ms"], "redis.lease.idle_return_ms");
     if (l["sync_interval_ms"]) s.lease.sync_interval = get_ms(l["sync_interval_ms"], "redis.lease.sync_interval_ms");
+    if (l["refresh_ms"]) s.lease.refresh = get_ms(l["refresh_ms"], "redis.lease.refresh_ms");
   }
   return s;
 }

@@ -10,7 +10,7 @@
  *     timeout_ms: 100                   # per call and per connect (then on_error applies)
  *     key_prefix: "sluice:"
  *     replica_window_ms: 10000          # a replica counts towards N while seen this recently
- *     lease: {share: 0.25, max_slice: 0.05, idle_return_ms: 1000, sync_interval_ms: 200}
+ *     lease: {share: 0.25, max_slice: 0.05, idle_return_ms: 1000, sync_interval_ms: 200, refresh_ms: 1000}
  * Defaults as above (lease_policy.h states what the lease settings cost). Requires `tenants:`.
  */
 #pragma once

@@ -428,9 +428,12 @@ std::vector<SyncCall> SharedBudget::due_syncs(Time now) {
         const int64_t burst = burst_of(b.ref.spec);
         const int64_t shared = b.shared_remaining < 0 ? burst : b.shared_remaining;
         const int64_t keep = lease_keep(burst, shared, replicas, now - b.last_used, config_.lease);
-        const int64_t give = std::max<int64_t>(0, b.credit - keep);
+        // Hysteresis: credit up to 2 x keep stays (refunds of running requests would otherwise
+        // cause a give-back every tick); without a slice (idle, or near the limit) all of it goes.
+        const int64_t give = b.credit > 2 * keep ? b.credit - keep : 0;
         const int64_t held = b.credit - give + b.inflight;
-        if (!b.touched && give == 0 && b.charge == 0 && held == b.held_reported) continue;
+        const bool stale = now - b.seen_at >= config_.lease.refresh;
+        if (give == 0 && b.charge == 0 && !((b.touched || held != b.held_reported) && stale)) continue;
         b.credit -= give;
         call.buckets.push_back(&b.ref);
         call.args.push_back({b.charge - give, held});
@@ -439,6 +442,7 @@ std::vector<SyncCall> SharedBudget::due_syncs(Time now) {
         b.charge = 0;
         b.touched = false;
         b.held_reported = held;
+        b.seen_at = now;  // the reply refreshes it; a failed call is retried after `refresh`
       }
       if (call.buckets.empty()) continue;
       call.tenant = static_cast<TenantId>(t);

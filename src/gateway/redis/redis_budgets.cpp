@@ -170,12 +170,32 @@ asio::awaitable<void> RedisBudgets::sync_once() {
   auto calls = budget_.due_syncs(now_());
   const auto ex = co_await asio::this_coro::executor;
   const int64_t ttl = ms(budget_.config().held_ttl);
-  for (auto& c : calls) {
+  // Off the request path: a longer deadline than a reservation's, and at most kChunk calls in
+  // flight, so a burst of settlements (1,000 tenants) never queues ahead of the requests' calls
+  // for long nor times out as a block.
+  constexpr size_t kChunk = 32;
+  const Duration timeout = spec_.timeout * 5;
+  struct Latch {
+    explicit Latch(const asio::any_io_executor& e) : timer(e, asio::steady_timer::time_point::max()) {}
+    size_t left = 0;
+    asio::steady_timer timer;
+  };
+  for (size_t first = 0; first < calls.size(); first += kChunk) {
+    auto latch = std::make_shared<Latch>(ex);
+    latch->left = std::min(kChunk, calls.size() - first);
+    for (size_t k = first; k < first + latch->left; ++k) {
     // Pipelined: each settle runs as its own coroutine on this connection; none waits for another.
     asio::co_spawn(
         ex,
-        [self, call = std::move(c), ttl]() -> asio::awaitable<void> {
-          const RedisReply r = co_await self->client_.call(settle_argv(self->budget_.held_key(), call.buckets, call.args, ttl));
+        [self, call = std::move(calls[k]), ttl, timeout, latch]() -> asio::awaitable<void> {
+          struct Done {
+            std::shared_ptr<Latch> l;
+            ~Done() {
+              if (--l->left == 0) l->timer.cancel();
+            }
+          } done{latch};
+          const RedisReply r =
+              co_await self->client_.call(settle_argv(self->budget_.held_key(), call.buckets, call.args, ttl), timeout);
           std::optional<ScriptReply> parsed;
           if (r.ok() && r.integers) parsed = parse_script_reply(r.values, call.buckets.size());
           if (!parsed) {
@@ -187,6 +207,12 @@ asio::awaitable<void> RedisBudgets::sync_once() {
           self->budget_.on_synced(call, *parsed, self->now_());
         },
         asio::detached);
+    }
+    co_await latch->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (!up_.load(std::memory_order_relaxed)) {  // the store failed meanwhile: the rest waits for the next tick
+      for (size_t k = first + kChunk; k < calls.size(); ++k) budget_.on_sync_failed(calls[k]);
+      break;
+    }
   }
 }
 

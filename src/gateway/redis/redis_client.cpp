@@ -98,7 +98,7 @@ class RedisClient::Connection : public std::enable_shared_from_this<Connection> 
   }
   const asio::any_io_executor& executor() const { return ex_; }
 
-  asio::awaitable<RedisReply> call(std::string cmd) {
+  asio::awaitable<RedisReply> call(std::string cmd, Duration timeout) {
     auto self = shared_from_this();
     stats_.calls.fetch_add(1, std::memory_order_relaxed);
     if (cmd.empty()) co_return fail_one(Status::protocol, "command could not be encoded");
@@ -111,7 +111,7 @@ class RedisClient::Connection : public std::enable_shared_from_this<Connection> 
     pending_.push_back(p);
     out_ += cmd;
     start_write();
-    asio::steady_timer timer(ex_, target_.timeout);
+    asio::steady_timer timer(ex_, timeout > Duration::zero() ? timeout : target_.timeout);
     p->timer = &timer;
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     p->timer = nullptr;
@@ -377,10 +377,10 @@ std::shared_ptr<RedisClient::Connection> RedisClient::connection_for(const asio:
   return c;
 }
 
-asio::awaitable<RedisReply> RedisClient::call(const std::vector<std::string>& argv) {
+asio::awaitable<RedisReply> RedisClient::call(const std::vector<std::string>& argv, Duration timeout) {
   auto ex = co_await asio::this_coro::executor;
   auto conn = connection_for(ex);
-  co_return co_await conn->call(format_command(argv));
+  co_return co_await conn->call(format_command(argv), timeout);
 }
 
 }  // namespace sluice

@@ -74,7 +74,8 @@ class RedisClient {
   RedisClient& operator=(const RedisClient&) = delete;
 
   // One command on the calling executor's connection. Must be awaited on that executor.
-  boost::asio::awaitable<RedisReply> call(const std::vector<std::string>& argv);
+  // timeout 0 = the target's.
+  boost::asio::awaitable<RedisReply> call(const std::vector<std::string>& argv, Duration timeout = Duration::zero());
 
   const RedisClientStats& stats() const { return *stats_; }
   const RedisTarget& target() const { return target_; }

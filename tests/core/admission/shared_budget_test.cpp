@@ -51,7 +51,7 @@ TEST(LeasePolicy, SliceShrinksWithTheRemainingAndIsCapped) {
   EXPECT_EQ(lease_slice(100000, 12000, 3, cfg), 1000);    // 0.25 x 12000 / 3
   EXPECT_EQ(lease_slice(100000, 3, 3, cfg), 0);           // near the limit: exact reservations
   EXPECT_EQ(lease_keep(100000, 100000, 1, seconds(2), cfg), 0);  // idle: give it all back
-  EXPECT_EQ(lease_idle_bound(100000, 12000, 3, cfg), 3000);      // <= share x remaining
+  EXPECT_EQ(lease_idle_bound(100000, 12000, 3, cfg), 6000);      // <= 2 x share x remaining
   cfg.share = 0;
   EXPECT_EQ(lease_slice(100000, 100000, 1, cfg), 0);
 }
