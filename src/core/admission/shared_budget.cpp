@@ -466,8 +466,9 @@ void SharedBudget::on_synced(const SyncCall& call, const ScriptReply& reply, Tim
   }
 }
 
-void SharedBudget::on_sync_failed(const SyncCall& call) {
-  // Credit given back is lost (under-use, the safe side); charges are kept for the next sync.
+void SharedBudget::on_sync_failed(const SyncCall& call, bool sent) {
+  // Credit given back by a call that may have reached Redis is lost (under-use, the safe side);
+  // charges are kept for the next sync (a double charge is the safe side too).
   TenantState& st = state_[call.tenant];
   std::lock_guard lock(st.mu);
   Scope& sc = st.scopes[call.scope + 1];
@@ -475,6 +476,7 @@ void SharedBudget::on_sync_failed(const SyncCall& call) {
     auto& b = sc.buckets[call.dims[i]];
     if (!b) continue;
     b->charge += call.charged[i];
+    if (!sent) b->credit += call.charged[i] - call.args[i].a;  // the credit it would have given back
     b->held_reported = -1;
     b->touched = true;
   }

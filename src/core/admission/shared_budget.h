@@ -126,7 +126,8 @@ class SharedBudget {
 
   std::vector<SyncCall> due_syncs(Time now);
   void on_synced(const SyncCall& call, const ScriptReply& reply, Time now);
-  void on_sync_failed(const SyncCall& call);
+  // sent = false: the call never left (its credit comes back too).
+  void on_sync_failed(const SyncCall& call, bool sent = true);
 
   // Redis unreachable (true) / back (false): fallback buckets are made from the shared state last seen.
   void set_degraded(bool degraded);

@@ -210,7 +210,7 @@ asio::awaitable<void> RedisBudgets::sync_once() {
     }
     co_await latch->timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (!up_.load(std::memory_order_relaxed)) {  // the store failed meanwhile: the rest waits for the next tick
-      for (size_t k = first + kChunk; k < calls.size(); ++k) budget_.on_sync_failed(calls[k]);
+      for (size_t k = first + kChunk; k < calls.size(); ++k) budget_.on_sync_failed(calls[k], false);
       break;
     }
   }

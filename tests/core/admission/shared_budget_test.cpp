@@ -139,6 +139,10 @@ TEST(SharedBudget, SyncGivesIdleCreditBackAndChargesDebt) {
   EXPECT_EQ(calls[0].args[0].b, 0);
   EXPECT_EQ(sb.held_units(), 0);
   EXPECT_TRUE(sb.due_syncs(Time(seconds(6))).empty());  // nothing left to say
+  // A call that never left gives its credit back to the lease; one that may have arrived does not.
+  const int64_t given = -calls[0].args[0].a;
+  sb.on_sync_failed(calls[0], false);
+  EXPECT_EQ(sb.held_units(), given);
 }
 
 TEST(SharedBudget, FallbackEnforcesOneNthStartedFromTheLastSharedState) {

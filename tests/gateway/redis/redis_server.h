@@ -35,6 +35,7 @@ class RedisServer {
     std::filesystem::remove_all(dir_, ec);
   }
   bool ok() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   const std::string& socket() const { return socket_; }
   void stop() {
     if (pid_ <= 0) return;

@@ -70,7 +70,9 @@ TEST_F(ScriptTest, RandomSequenceMatchesLocalGcra) {
         const bool want = g.try_consume(n, t);
         ASSERT_EQ(r.granted, want) << "step " << i << " n=" << n;
         (want ? granted : refused)++;
-        if (!want) EXPECT_EQ(r.retry_ms, ceil_ms(g.time_until(n, t))) << "step " << i;
+        if (!want) {
+          EXPECT_EQ(r.retry_ms, ceil_ms(g.time_until(n, t))) << "step " << i;
+        }
         EXPECT_EQ(r.buckets[0].granted, want ? n : 0);
         EXPECT_EQ(r.buckets[0].remaining, g.remaining(t)) << "step " << i;
         EXPECT_EQ(r.buckets[0].reset_ms, ceil_ms(g.time_until_full(t))) << "step " << i;
