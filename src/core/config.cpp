@@ -3,6 +3,7 @@
 #include "core/config.h"
 
 #include "core/admission/admission_config.h"
+#include "core/admission/redis_config.h"
 #include "core/config_yaml.h"
 #include "core/picker/policy_factory.h"
 #include "core/url.h"
@@ -222,7 +223,8 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   }
   if (!root || root.IsNull()) throw ConfigError("config is empty");
   check_keys(root, "", {"listen", "admin", "workers", "limits", "timeouts", "drain_timeout_ms",
-                        "expose_routing_headers", "pools", "models", "tenants", "admission", "ext_proc"});
+                        "expose_routing_headers", "pools", "models", "tenants", "admission", "ext_proc",
+                        "redis"});
   auto cfg = std::make_shared<Config>();
   if (root["listen"]) cfg->listen = parse_address(root["listen"], "listen");
   if (root["admin"]) cfg->admin = parse_address(root["admin"], "admin");
@@ -298,8 +300,12 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
     auto registry = TenantRegistry::build(admission.spec.tenants);
     if (!registry.registry) throw ConfigError(registry.error);
   }
+  if (const auto& r = root["redis"]) {
+    if (!admission.spec.enabled) fail("redis", "shares token budgets and needs a tenants: section");
+    cfg->redis = std::make_shared<const RedisSpec>(parse_redis_yaml(r));
+  }
   const YAML::Node& croot = root;
-  for (const char* key : {"tenants", "admission"})
+  for (const char* key : {"tenants", "admission", "redis"})
     admission.spec.fingerprint += (croot[key] ? YAML::Dump(croot[key]) : std::string("~")) + "\n---\n";
   cfg->admission = std::make_shared<const AdmissionSpec>(std::move(admission.spec));
   return cfg;

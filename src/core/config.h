@@ -19,6 +19,7 @@
 namespace sluice {
 
 struct AdmissionSpec;  // core/admission/admission_config.h
+struct RedisSpec;      // core/admission/redis_config.h
 
 enum class EngineKind { vllm, sglang, trtllm };
 std::string_view to_string(EngineKind k);
@@ -143,6 +144,8 @@ struct Config {
   std::shared_ptr<const AdmissionSpec> admission;
   // The Endpoint Picker listener (`ext_proc:`, Envoy ext_proc over gRPC); unset: none.
   std::optional<ExtProcConfig> ext_proc;
+  // Shared token buckets across replicas (`redis:`); null = local buckets.
+  std::shared_ptr<const RedisSpec> redis;
 
   const PoolConfig* find_pool(std::string_view name) const;
   const ModelRoute* find_model(std::string_view name) const;

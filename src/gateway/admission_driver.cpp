@@ -22,6 +22,7 @@
 #include "core/picker/pool_router.h"
 #include "core/prom_writer.h"
 #include "gateway/observability/metrics.h"
+#include "gateway/redis/redis_budgets.h"
 
 namespace sluice {
 
@@ -61,14 +62,15 @@ struct Waiter {
 class AdmitTicket final : public AdmissionTicket {
  public:
   AdmitTicket(Driver& d, AdmittedRequest req, std::shared_ptr<Waiter> w, HeaderList headers, std::string tenant,
-              int64_t input_estimate, size_t tenant_label)
+              int64_t input_estimate, size_t tenant_label, SharedReservation shared)
       : d_(d), req_(std::move(req)), w_(std::move(w)), headers_(std::move(headers)), tenant_(std::move(tenant)),
-        input_estimate_(input_estimate), tenant_label_(tenant_label) {}
+        input_estimate_(input_estimate), tenant_label_(tenant_label), shared_(std::move(shared)) {}
   ~AdmitTicket() override;
 
   void on_dispatched() override;
   void on_output(int64_t n) override {
     req_.on_output(n);
+    shared_.add_delivered(n);
     delivered_ += n > 0 ? n : 0;
   }
   void settle(int64_t prompt_tokens, int64_t completion_tokens) override;
@@ -84,6 +86,7 @@ class AdmitTicket final : public AdmissionTicket {
   std::string tenant_;
   int64_t input_estimate_;
   size_t tenant_label_;
+  SharedReservation shared_;  // the shared (Redis) budgets' reservation, when `redis:` is configured
   int64_t delivered_ = 0;
   bool settled_ = false;
   bool started_ = false;  // left the queue for an endpoint
@@ -92,8 +95,11 @@ class AdmitTicket final : public AdmissionTicket {
 class Driver final : public AdmissionRuntime {
  public:
   Driver(const AdmissionHost& host, std::shared_ptr<const TenantRegistry> tenants, const AdmissionConfig& cfg,
-         std::string fingerprint, bool enforcing)
-      : host_(host), fingerprint_(std::move(fingerprint)), enforcing_(enforcing), admission_(std::move(tenants), cfg),
+         std::string fingerprint, bool enforcing, const RedisSpec* redis = nullptr)
+      : host_(host), fingerprint_(std::move(fingerprint)), enforcing_(enforcing), admission_(tenants, cfg),
+        redis_(redis ? std::make_shared<RedisBudgets>(*redis, tenants, &admission_.counters(), cfg.jitter, host.registry,
+                                                      host.now)
+                     : nullptr),
         dispatcher_(cfg.fair_share),
         queue_time_(host.registry.histogram("sluice_queue_time_seconds", "Time spent in the gateway's admission queue.",
                                             {"pool", "priority"}, duration_buckets())),
@@ -147,6 +153,7 @@ class Driver final : public AdmissionRuntime {
   const std::string fingerprint_;
   const bool enforcing_;
   Admission admission_;
+  std::shared_ptr<RedisBudgets> redis_;  // shared budgets (`redis:`); null = Admission's local buckets
   Dispatcher dispatcher_;  // guarded by mu_
   HistogramFamily& queue_time_;
   CounterFamily& tenant_tokens_;
@@ -167,6 +174,7 @@ void AdmitTicket::on_dispatched() {
   if (started_) return;
   started_ = true;
   req_.on_dispatched();  // from here a cut request is charged its input + delivered output
+  shared_.mark_dispatched();
   d_.placed(w_->cookie);
 }
 
@@ -180,11 +188,14 @@ void AdmitTicket::settle(int64_t prompt_tokens, int64_t completion_tokens) {
   settled_ = true;
   if (!started_) {  // never placed on an endpoint (expired, client left, no endpoint): full refund
     req_.release();
+    shared_.cancel(d_.now());
   } else if (prompt_tokens >= 0 && completion_tokens >= 0) {
     req_.settle(Usage{prompt_tokens, 0, completion_tokens}, d_.now());
+    shared_.settle(Usage{prompt_tokens, 0, completion_tokens}, d_.now());
     d_.charge(tenant_label_, prompt_tokens, completion_tokens);
   } else {  // usage unknown or the stream was cut: estimated input + what was delivered
     req_.release();
+    shared_.release();
     d_.charge(tenant_label_, input_estimate_, delivered_);
   }
 }
@@ -377,6 +388,21 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   const bool saturated = router != nullptr && router->saturated(now);
   AdmissionRequest areq{in.route.name, input, embedding ? std::optional<int64_t>(0) : in.request.max_output_tokens,
                         priority, in.request.rendered.size(), 0};
+  // Shared budgets: reserved before the slot and the queue (from the lease, or one Redis call);
+  // a later refusal refunds it into the lease.
+  SharedReservation shared;
+  HeaderList shared_headers;
+  if (redis_) {
+    const OutputBound bound = output_bound_for(areq.max_output_tokens, admission_.config().default_max_output_tokens);
+    SharedReserveResult sr = co_await redis_->reserve(tenant, in.route.name, TokenCost{input, bound.tokens}, thread_rng());
+    shared_headers = sr.status.headers();
+    if (!sr.ok()) {
+      result.denial = std::move(sr.denial);
+      result.headers = std::move(shared_headers);
+      co_return result;
+    }
+    shared = std::move(sr.reservation);
+  }
   // Register before admitting: a dispatcher on another thread may pop the cookie at once.
   std::vector<std::shared_ptr<Waiter>> woken;
   AdmissionResult r;
@@ -397,6 +423,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   }
   std::erase(woken, w);  // told by its state, no wake-up needed
   wake(woken);
+  if (redis_) r.rate_limit_headers = std::move(shared_headers);
   if (!r.ok()) {
     result.denial = std::move(r.denial);
     if (enforcing_) result.headers = std::move(r.rate_limit_headers);
@@ -404,7 +431,8 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   }
   auto ticket = std::make_unique<AdmitTicket>(*this, std::move(r.request), w,
                                               enforcing_ ? std::move(r.rate_limit_headers) : HeaderList{},
-                                              enforcing_ ? tenant.name : std::string(), input, tenant.id);
+                                              enforcing_ ? tenant.name : std::string(), input, tenant.id,
+                                              std::move(shared));
 
   // ---- wait in the queue: woken by the dispatcher, the TTL, or the client leaving ----
   const Time deadline = r.deadline;
@@ -461,6 +489,7 @@ void Driver::render(std::string& out) {
   w.family("sluice_reservations_outstanding", "gauge", "Token reservations held by admitted requests.");
   w.sample("sluice_reservations_outstanding", "",
            enforcing_ ? static_cast<double>(admission_.counters().outstanding_reservations.load(std::memory_order_relaxed)) : 0.0);
+  if (redis_) redis_->render(out);
 }
 
 // The implicit gate's registry: one tenant, no keys, no limits; requests without a key map to it.
@@ -494,7 +523,9 @@ std::shared_ptr<AdmissionRuntime> make_admission(const AdmissionHost& host, cons
     return nullptr;
   }
   spdlog::info("admission: {} tenants, queue max {} requests", built.registry->size(), spec->config.queue.max_requests);
-  return std::make_shared<Driver>(host, built.registry, spec->config, spec->fingerprint, true);
+  AdmissionConfig ac = spec->config;
+  ac.shared_budgets = config.redis != nullptr;
+  return std::make_shared<Driver>(host, built.registry, ac, spec->fingerprint, true, config.redis.get());
 }
 
 }  // namespace sluice

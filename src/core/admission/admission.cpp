@@ -28,7 +28,7 @@ void AdmittedRequest::release() {
 Admission::Admission(std::shared_ptr<const TenantRegistry> tenants, AdmissionConfig config)
     : tenants_(std::move(tenants)),
       config_(std::move(config)),
-      budget_(tenants_, &counters_, config_.jitter),
+      budget_(tenants_, &counters_, config_.jitter, !config_.shared_budgets),
       limiter_(tenants_, &counters_, config_.concurrency_retry_base, config_.jitter),
       queue_(config_.queue, &counters_) {}
 

@@ -47,6 +47,9 @@ struct AdmissionConfig {
   int64_t default_max_output_tokens = 4096;
   Duration concurrency_retry_base = std::chrono::seconds(1);
   JitterPolicy jitter;  // for rate-limit retry-after
+  // The token buckets live in Redis (shared_budget.h, charged by the driver): the local Budget
+  // only counts reservations.
+  bool shared_budgets = false;
 };
 
 struct AdmissionRequest {

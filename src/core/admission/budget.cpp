@@ -116,14 +116,15 @@ void Reservation::release() {
 // ---- Budget --------------------------------------------------------------------------------
 
 Budget::Budget(std::shared_ptr<const TenantRegistry> tenants, AdmissionCounters* counters,
-               JitterPolicy jitter)
+               JitterPolicy jitter, bool local_buckets)
     : tenants_(std::move(tenants)), counters_(counters), jitter_(jitter) {
   const size_t n = tenants_->size();
   state_ = std::make_unique<TenantState[]>(n);
   for (size_t i = 0; i < n; ++i) {
     const Tenant& t = tenants_->tenant(static_cast<TenantId>(i));
-    state_[i].tenant.buckets = buckets_for(t.limits);
     state_[i].models.resize(t.model_limits.size());
+    if (!local_buckets) continue;
+    state_[i].tenant.buckets = buckets_for(t.limits);
     for (size_t m = 0; m < t.model_limits.size(); ++m)
       state_[i].models[m].buckets = buckets_for(t.model_limits[m].limits);
   }

@@ -135,8 +135,10 @@ struct ReserveResult {
 
 class Budget {
  public:
+  // local_buckets = false: no rate buckets here (the shared budget, shared_budget.h, holds them);
+  // reservations are still granted and counted.
   explicit Budget(std::shared_ptr<const TenantRegistry> tenants, AdmissionCounters* counters = nullptr,
-                  JitterPolicy jitter = {});
+                  JitterPolicy jitter = {}, bool local_buckets = true);
   Budget(const Budget&) = delete;
   Budget& operator=(const Budget&) = delete;
   // All reservations must be gone before the Budget is destroyed.
