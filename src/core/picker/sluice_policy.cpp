@@ -19,7 +19,6 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.eps_ms = p.get("eps_ms", s.eps_ms);
   s.chunk_tokens = std::max(1.0, p.get("chunk_tokens", s.chunk_tokens));
   s.kv_risk_start = std::clamp(p.get("kv_risk_start", s.kv_risk_start), 0.0, 0.99);
-  s.kv_limit = p.get("kv_limit", s.kv_limit);
   s.ttft_slo_ms = p.get("ttft_slo_ms", s.ttft_slo_ms);
   s.itl_slo_ms = p.get("itl_slo_ms", s.itl_slo_ms);
   s.decode_price = p.get("decode_price", s.decode_price);
@@ -89,11 +88,13 @@ bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const Sluic
 }
 
 // Smoothing of the measured prefill rate: an exponential average with a 2 s time constant,
-// sampled at most every 100 ms (so a burst inside one sample does not swing it).
-double SluicePolicy::prefill_duty(const EndpointView& v, Time now) {
-  if (v.index >= rates_.size()) rates_.resize(v.index + 1);
-  PrefillRate& r = rates_[v.index];
-  const int64_t total = v.load->input_tokens_total - v.load->predicted_cached_tokens_total;
+// sampled at most every 100 ms (so a burst inside one sample does not swing it). The pool's total,
+// per endpoint (see rho in the header: per-endpoint rates are too noisy to take a minimum over).
+double SluicePolicy::prefill_duty(std::span<const EndpointView> endpoints, Time now) {
+  if (endpoints.empty()) return 0.0;
+  PrefillRate& r = rate_;
+  int64_t total = 0;
+  for (const EndpointView& v : endpoints) total += v.load->input_tokens_total - v.load->predicted_cached_tokens_total;
   if (r.last_total < 0 || total < r.last_total) {
     r = PrefillRate{total, now, 0.0};
   } else if (const double dt = to_millis(now - r.last); dt >= 100.0) {
@@ -102,7 +103,7 @@ double SluicePolicy::prefill_duty(const EndpointView& v, Time now) {
     r.last_total = total;
     r.last = now;
   }
-  return std::min(0.9, params_.beta_ms * r.per_ms);
+  return std::min(0.9, params_.beta_ms * r.per_ms / static_cast<double>(endpoints.size()));
 }
 
 SluicePolicy::SluicePolicy(SluiceParams params, PoolKind kind)
@@ -130,6 +131,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   const double output = output_of(req);
   const double mean_context = mean_prompt_ + mean_output_ / 2;
   evals_.resize(endpoints.size());
+  const double duty = embed ? 0.0 : prefill_duty(endpoints, now);
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
@@ -137,7 +139,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     Eval& e = evals_[i];
     e = Eval{};
     e.fresh = est.fresh;
-    e.saturated = est.waiting >= p.queue_limit || est.kv_usage >= p.kv_limit;
+    e.saturated = est.waiting >= p.queue_limit;
     if (!embed) {
       if (oracle_) e.cached = std::clamp<int64_t>(oracle_(v.index, req), 0, req.input_tokens);
       else if (v.index < matched.size()) e.cached = prefix_.cached_tokens(matched[v.index], req.input_tokens);
@@ -163,7 +165,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
       const double a = adapter_locality_score(v, req.adapter);
       in.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
     }
-    in.prefill_duty = prefill_duty(v, now);
+    in.prefill_duty = duty;
     e.cost = sluice_cost(p, in);
     e.itl_ms = embed ? 0.0 : sluice_itl_ms(p, in);
     e.meets_slo = e.cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || e.itl_ms <= p.itl_slo_ms);

@@ -56,21 +56,31 @@
 // currency, but a request that misses its SLO is lost whatever it cost, so endpoints where this
 // request would miss it rank after those where it would not (then by cost among each):
 //   itl_ms = step(B + 1, K + c) / (1 - rho) + (max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2)) / O:
-//            the decode step it joins, stretched by the endpoint's prefill duty rho = min(0.9, beta x
-//            uncached tokens dispatched there per ms, from the own accounting (input - predicted cached
-//            tokens), smoothed over ~2 s), plus its own prefill spread over the tokens the batch
-//            produces alongside it (a cold copy of a long prefix stalls the batch it lands in)
+//            the decode step it joins, stretched by the prefill duty rho = min(0.9, beta x uncached
+//            tokens dispatched per ms per endpoint, from the own accounting (input - predicted cached
+//            tokens) summed over the pool and divided by its endpoints, smoothed over ~2 s), plus its
+//            own prefill spread over the tokens the batch produces alongside it (a cold copy of a long
+//            prefix stalls the batch it lands in). rho is the pool's mean, not each endpoint's own rate:
+//            at ~10 requests/s per endpoint a 100 ms sample holds about one request, so per-endpoint
+//            rates are noise, and the pick (the lowest estimate of many) chose the endpoint whose noise
+//            was lowest, not the one with the least prefill to come. On kv_pressure at 32 replicas
+//            that under-predicted the ITL of the chosen endpoint 2-3x (22 ms predicted vs 64 ms
+//            measured in fleetsim), so cold endpoints "met the SLO", took the request cold, and the hit
+//            rate fell from 40% to 18%: more prefill, a full KV, preemptions, collapse. The endpoint's
+//            own queue and batch (Q, B, K) are exact and stay per endpoint.
 //   it misses when itl_ms > itl_slo_ms or ttft_ms > ttft_slo_ms. The same step time is the batch's:
 //   an endpoint it would push past the ITL SLO is one where it misses too.
-// saturated: waiting (staleness rule) >= queue_limit or KV usage >= kv_limit; saturated endpoints
-// rank after all others. Ties: fewer assignments since scrape, fewer in flight, then rotation.
+// saturated: waiting (staleness rule) >= queue_limit; saturated endpoints rank after all others.
+// KV usage is priced (kv_ms), not a tier: an earlier "KV usage >= 0.97 ranks last" sent requests for
+// the prefixes a full replica held to replicas that did not hold them, and under KV pressure (every
+// replica full) that copying evicted what others needed (kv_pressure, bench/results/README.md). Ties: fewer assignments since scrape, fewer in flight, then rotation.
 // Embedding requests or pools: no prefix reuse and no decode, U = I, O = 0: least load in time.
 //
 // Defaults: the cost parameters are the default engine profile's (engine-cost-model.md, Llama-3-8B
 // on H100: c0_ms 2, w_ms 5.5, beta_ms 0.022, delta_ms 0.02, gamma_ms 5e-5, eps_ms 1.5e-6,
 // chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
-// them to the service's own). decode_price 0 (plain ms, above). Policy knobs: kv_risk_start 0.8, kv_limit 0.97, queue_limit 64,
+// them to the service's own). decode_price 0 (plain ms, above). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -88,7 +98,7 @@ namespace sluice {
 struct SluiceParams {
   double c0_ms = 2.0, w_ms = 5.5, beta_ms = 0.022, delta_ms = 0.02, gamma_ms = 5e-5, eps_ms = 1.5e-6;
   double chunk_tokens = 8192;
-  double kv_risk_start = 0.8, kv_limit = 0.97;
+  double kv_risk_start = 0.8;
   double ttft_slo_ms = 1000, itl_slo_ms = 50;
   double decode_price = 0;  // 0: decode time in plain ms; 1: only its lag behind the ITL SLO's pace
   double queue_limit = 64;
@@ -135,7 +145,7 @@ class SluicePolicy : public Policy {
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
   void on_endpoints_reset(size_t count) override {
     prefix_.reset(count);
-    rates_.assign(count, PrefillRate{});
+    rate_ = PrefillRate{};
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
@@ -165,7 +175,7 @@ class SluicePolicy : public Policy {
     double per_ms = 0;
   };
   void evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now);
-  double prefill_duty(const EndpointView& v, Time now);
+  double prefill_duty(std::span<const EndpointView> endpoints, Time now);
   bool embedding(const PickRequest& req) const { return kind_ == PoolKind::embedding || req.kind == ApiKind::embedding; }
   double output_of(const PickRequest& req) const;
 
@@ -175,7 +185,7 @@ class SluicePolicy : public Policy {
   double mean_prompt_, mean_output_;
   size_t cursor_ = 0;
   std::vector<Eval> evals_;
-  std::vector<PrefillRate> rates_;  // by endpoint index
+  PrefillRate rate_;  // the pool's uncached tokens dispatched (the prefill duty's input)
 };
 
 }  // namespace sluice

@@ -56,7 +56,20 @@ TEST(SluicePolicy, DecisionTable) {
        },
        0},
       {"saturated queue is not chosen for affinity", [](FakePool& p) { p.signals[1].waiting = 64; }, 0},
-      {"KV full is not chosen for affinity", [](FakePool& p) { p.signals[1].kv_usage = 0.99; }, 0},
+      // KV pressure is priced (a preemption's recompute stalls the batch), not a tier: a full KV
+      // with a batch running loses the prefix's advantage; the same batch with free KV keeps it.
+      {"KV full with a batch is not chosen for affinity",
+       [](FakePool& p) {
+         p.signals[1].kv_usage = 0.99;
+         p.signals[1].running = 1;
+       },
+       0},
+      {"the same batch with free KV keeps affinity",
+       [](FakePool& p) {
+         p.signals[1].kv_usage = 0.3;
+         p.signals[1].running = 1;
+       },
+       1},
       {"external waiting counts", [](FakePool& p) { p.signals[0].waiting = 30; }, 1, false},
       {"decode interference counts", [](FakePool& p) { p.signals[0].running = 900; }, 1, false},
       {"stale queue is not trusted",
@@ -94,10 +107,38 @@ TEST(SluicePolicy, SaturatedRankLastAndPredictionReported) {
   auto out = testing::rank(p, pool, req);
   EXPECT_EQ(out[0].endpoint, 2u);
   EXPECT_EQ(out[0].predicted_cached_tokens, 1600);
+  // A full KV alone is priced, not saturation (it keeps the prefix here: nothing is running).
   pool.signals[2].kv_usage = 0.98;
+  out = testing::rank(p, pool, req);
+  EXPECT_EQ(out[0].endpoint, 2u);
+  EXPECT_FALSE(out[0].saturated);
+  pool.signals[2].waiting = 64;  // queue_limit
   out = testing::rank(p, pool, req);
   EXPECT_EQ(out.back().endpoint, 2u);
   EXPECT_TRUE(out.back().saturated);
+}
+
+// The prefill duty (rho) is the pool's uncached dispatch rate per endpoint, the same for every
+// endpoint: a per-endpoint rate sampled every 100 ms is noise at ~1 request per sample, and the pick
+// then chose the endpoint whose noise was lowest (kv_pressure collapse, sluice_policy.h).
+TEST(SluicePolicy, PrefillDutyIsThePoolMean) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  auto req = testing::chat(prompt('d', 400));
+  auto v = pool.views();
+  std::vector<Explanation> ex;
+  p.explain(req, v, Time{}, ex);  // first sample: the rate starts at 0
+  pool.loads[0].input_tokens_total = 100000;  // all of it sent to endpoint 0, none predicted cached
+  p.explain(req, pool.views(), Time{} + std::chrono::milliseconds(1000), ex);
+  // EMA step a = 1000 / (1000 + 2000); 100 tokens/ms x a, over 2 endpoints, x beta 0.022.
+  const double want = 0.022 * (100.0 / 3.0) / 2.0;
+  ASSERT_EQ(ex.size(), 2u);
+  for (const auto& e : ex) {
+    double duty = -1;
+    for (const auto& term : e.terms)
+      if (term.name == "prefill_duty") duty = term.value;
+    EXPECT_NEAR(duty, want, 1e-9) << "endpoint " << e.endpoint;
+  }
 }
 
 TEST(SluicePolicy, EmbeddingsAreLeastLoad) {
