@@ -365,14 +365,14 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   w->pool = in.route.pool;
   w->priority = effective_priority(tenant.priority, priority);
 
-  const bool embedding = in.request.kind == ApiKind::embedding;
+  const bool embedding = !generates(in.request.kind);
   const int64_t input = estimate_tokens(in.request.rendered);
   const auto gen = host_.current();
   const PoolRouter* router = gen->router(in.route.pool);
   const Time now = host_.now();
   const bool saturated = router != nullptr && router->saturated(now);
   AdmissionRequest areq{in.route.name, input, embedding ? std::optional<int64_t>(0) : in.request.max_output_tokens,
-                        priority, in.request.rendered.size(), 0};
+                        priority, in.request.rendered.size(), 0, in.request.completions};
   // Register before admitting: a dispatcher on another thread may pop the cookie at once.
   std::vector<std::shared_ptr<Waiter>> woken;
   AdmissionResult r;
