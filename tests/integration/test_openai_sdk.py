@@ -15,7 +15,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_fleet import MODEL, start_gateway, start_sim  # noqa: E402
+from sluice_fleet import MODEL, admin_metrics, metric, start_gateway, start_sim  # noqa: E402
 
 SLUICE = None
 ALIAS = "llama-3-8b"
@@ -32,11 +32,13 @@ class OpenAiSdk(unittest.TestCase):
         tmp = tempfile.TemporaryDirectory()
         sim, ports = start_sim(SLUICE, 2, "--time-scale", "20", "--output-len", "12", "--frontend-overhead-ms", "2")
         try:
-            gw, port, _ = start_gateway(SLUICE, ports, tmp.name, extra_yaml=f"  - {{name: {ALIAS}, alias_of: {MODEL}}}")
+            gw, port, admin = start_gateway(SLUICE, ports, tmp.name, extra_yaml=f"  - {{name: {ALIAS}, alias_of: {MODEL}}}")
             try:
                 slow = 3 if os.environ.get("SLUICE_SANITIZED") == "1" else 1
                 p = subprocess.run([node, os.path.join(SDK, "openai_sdk.mjs"), f"http://127.0.0.1:{port}/v1", MODEL, ALIAS],
                                    capture_output=True, text=True, timeout=60 * slow, cwd=SDK)
+                # The aborted stream reached the gateway as a client that left (and the engine was freed).
+                cancelled = metric(admin_metrics(admin), "sluice_requests_total", outcome="client_cancelled") or 0
             finally:
                 gw.stop()
         finally:
@@ -51,6 +53,7 @@ class OpenAiSdk(unittest.TestCase):
         self.assertEqual(len(checks), 7, p.stdout + p.stderr)
         self.assertTrue(all(c["ok"] for c in checks))
         self.assertEqual(lines[-1], "7 passed, 0 failed")
+        self.assertGreaterEqual(cancelled, 1)
 
 
 if __name__ == "__main__":
