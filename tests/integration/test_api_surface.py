@@ -348,6 +348,12 @@ admission: {{anonymous_tenant: open}}
         s, _, b = call(self.listen, "POST", "/v1/score", {"model": EMBED, "text_1": "q", "text_2": ["a", "b"]})
         self.assertEqual(s, 200, b)
         self.assertEqual([d["index"] for d in json.loads(b)["data"]], [0, 1])
+        # vLLM's render routes (issue 15) go to the pool of the body's model too (whatever the
+        # engine answers: this simulator does not serve them yet).
+        for path, model, want in (("/v1/chat/completions/render", EMBED, "embed-0"), ("/v1/completions/render", MODEL, "replica-")):
+            body = {"model": model, "messages": [{"role": "user", "content": "x"}]} if "chat" in path else {"model": model, "prompt": "x"}
+            s, h, b = call(self.listen, "POST", path, body)
+            self.assertTrue(h.get("x-sluice-endpoint", "").startswith(want), (path, s, h, b))
         # The wrong kind of pool: the same error as embeddings on a chat model.
         s, _, b = call(self.listen, "POST", "/v1/rerank", {"model": MODEL, "query": "q", "documents": ["a"]})
         self.assertEqual(s, 400, b)

@@ -317,6 +317,9 @@ asio::awaitable<void> Session::run() {
     else if (path == "/v1/embeddings") kind = ApiKind::embedding;
     else if (path == "/v1/responses") kind = ApiKind::response;
     else if (path == "/tokenize") kind = ApiKind::tokenize;
+    // vLLM's render routes (the KV-events work asks engines for token ids): chat or prompt bodies,
+    // routed like /tokenize to the pool of the body's model.
+    else if (path == "/v1/chat/completions/render" || path == "/v1/completions/render") kind = ApiKind::tokenize;
     else if (path == "/detokenize") kind = ApiKind::detokenize;
     else if (path == "/v1/rerank" || path == "/rerank" || path == "/v2/rerank") kind = ApiKind::rerank;
     else if (path == "/v1/score" || path == "/score") kind = ApiKind::score;
