@@ -44,3 +44,7 @@ fi
 # The dashboard's static assets (web/dist, embedded into the sluice binary at build time):
 # npm ci in web/ only when its package-lock.json changed, then a copy. Quiet when up to date.
 "$(cd "$(dirname "$0")" && pwd)/build-web.sh"
+
+# The official openai npm SDK for tests/integration/test_openai_sdk.py (npm ci in tests/sdk/ when
+# its package-lock.json changed).
+"$(cd "$(dirname "$0")" && pwd)/install-sdk-tests.sh"

@@ -231,9 +231,10 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   if (root["workers"]) cfg->workers = static_cast<int>(get_int(root["workers"], "workers", 1, 256));
   if (const auto& l = root["limits"]) {
     check_keys(l, "limits", {"max_body_bytes", "max_header_bytes", "header_timeout_ms", "idle_timeout_ms", "max_connections",
-                              "max_buffered_body_bytes"});
+                              "max_buffered_body_bytes", "max_header_count"});
     if (l["max_body_bytes"]) cfg->limits.max_body_bytes = get_int(l["max_body_bytes"], "limits.max_body_bytes", 1024, 1LL << 32);
     if (l["max_header_bytes"]) cfg->limits.max_header_bytes = get_int(l["max_header_bytes"], "limits.max_header_bytes", 512, 1 << 20);
+    if (l["max_header_count"]) cfg->limits.max_header_count = get_int(l["max_header_count"], "limits.max_header_count", 8, 10000);
     if (l["header_timeout_ms"]) cfg->limits.header_timeout = get_ms(l["header_timeout_ms"], "limits.header_timeout_ms");
     if (l["idle_timeout_ms"]) cfg->limits.idle_timeout = get_ms(l["idle_timeout_ms"], "limits.idle_timeout_ms");
     if (l["max_connections"]) cfg->limits.max_connections = get_int(l["max_connections"], "limits.max_connections", 1, 1000000);

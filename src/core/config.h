@@ -113,6 +113,7 @@ struct ModelRoute {
 struct ServerLimits {
   size_t max_body_bytes = 8u << 20;
   size_t max_header_bytes = 16u << 10;
+  size_t max_header_count = 100;  // header fields per request; more -> 431 (beside the byte limit)
   Duration header_timeout = std::chrono::seconds(10);   // slow clients get 408
   Duration idle_timeout = std::chrono::seconds(60);     // keep-alive between requests
   int max_connections = 10000;             // at the limit idle keep-alive connections are closed first

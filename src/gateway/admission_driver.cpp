@@ -380,21 +380,21 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   w->pool = in.route.pool;
   w->priority = effective_priority(tenant.priority, priority);
 
-  const bool embedding = in.request.kind == ApiKind::embedding;
+  const bool embedding = !generates(in.request.kind);
   const int64_t input = estimate_tokens(in.request.rendered);
   const auto gen = host_.current();
   const PoolRouter* router = gen->router(in.route.pool);
   const Time now = host_.now();
   const bool saturated = router != nullptr && router->saturated(now);
   AdmissionRequest areq{in.route.name, input, embedding ? std::optional<int64_t>(0) : in.request.max_output_tokens,
-                        priority, in.request.rendered.size(), 0};
+                        priority, in.request.rendered.size(), 0, in.request.completions};
   // Shared budgets: reserved before the slot and the queue (from the lease, or one Redis call);
   // a later refusal refunds it into the lease.
   SharedReservation shared;
   HeaderList shared_headers;
   if (redis_) {
     const OutputBound bound = output_bound_for(areq.max_output_tokens, admission_.config().default_max_output_tokens);
-    SharedReserveResult sr = co_await redis_->reserve(tenant, in.route.name, TokenCost{input, bound.tokens}, thread_rng());
+    SharedReserveResult sr = co_await redis_->reserve(tenant, in.route.name, TokenCost{input, bound.tokens * std::max<int64_t>(1, areq.completions)}, thread_rng());
     shared_headers = sr.status.headers();
     if (!sr.ok()) {
       result.denial = std::move(sr.denial);

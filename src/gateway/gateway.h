@@ -15,6 +15,7 @@
 #include <boost/beast/http/fields.hpp>
 
 #include "core/config.h"
+#include "core/openai/response_locator.h"
 #include "core/picker/pool_router.h"
 #include "gateway/observability/access_log.h"
 #include "gateway/admission_driver.h"
@@ -62,6 +63,8 @@ class Gateway {
   MetricsRegistry& registry() { return registry_; }
   GatewayMetrics& metrics() { return metrics_; }
   AccessLog& access_log() { return access_log_; }
+  // Where stored Responses API responses live (previous_response_id routing); kept across reloads.
+  ResponseLocator& responses() { return responses_; }
 
   // Steady-clock time since the gateway started (the core's `Time`).
   Time now() const;
@@ -91,6 +94,7 @@ class Gateway {
   MetricsRegistry registry_;
   GatewayMetrics metrics_;
   AccessLog access_log_;
+  ResponseLocator responses_;
   AdmissionHost admission_host_;
   std::atomic<std::shared_ptr<const Generation>> current_;
 };

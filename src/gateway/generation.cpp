@@ -61,6 +61,7 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
   const auto created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   gen->models_json = models_list_json(*config, created);
+  gen->models_created = created;
   for (const auto& m : config->models)
     gen->ok_requests.emplace(m.name, &in.requests.with({m.pool, m.name, "200", "ok"}));
   gen->admission = make_admission(in.admission, *config, previous, error);

@@ -61,6 +61,7 @@ struct Generation {
   std::map<std::string, std::shared_ptr<PoolRuntime>, std::less<>> pools;
   std::shared_ptr<AdmissionRuntime> admission;  // never null (the implicit gate without tenants)
   std::string models_json;
+  int64_t models_created = 0;  // the `created` of every /v1/models entry
   std::map<std::string, Counter*, std::less<>> ok_requests;  // model -> {status 200, outcome ok}
 
   PoolRuntime* pool(std::string_view name) const {

@@ -12,13 +12,14 @@ constexpr int64_t kDefaultOutputBound = 256;  // decode accounting when the requ
 // `route` and `request` must outlive the returned view.
 inline PickRequest make_pick_request(ApiKind kind, const ModelRoute& route, const RequestModel& request) {
   PickRequest pick;
-  pick.kind = kind;
+  pick.kind = pick_kind(kind);  // the Responses API as chat; pooling and tokenizer routes as embedding
   pick.model = route.adapter_of.empty() ? std::string_view(route.target) : std::string_view(route.adapter_of);
   pick.adapter = route.adapter_of.empty() ? std::string_view() : std::string_view(route.name);
   pick.text = request.rendered;
   pick.cache_salt = request.cache_salt;
   pick.input_tokens = estimate_tokens(request.rendered);
-  pick.max_output_tokens = kind == ApiKind::embedding ? 0 : request.max_output_tokens.value_or(kDefaultOutputBound);
+  pick.max_output_tokens =
+      generates(kind) ? request.max_output_tokens.value_or(kDefaultOutputBound) * request.completions : 0;
   return pick;
 }
 

@@ -48,6 +48,17 @@ bool is_usage_only_chunk(const SseEvent& ev) {
   return ev.has_data && ev.data.find("\"choices\":[]") != std::string_view::npos && find_usage(ev.data).has_value();
 }
 
+// What a pool of the wrong kind does not support, in the error message.
+std::string_view api_name(ApiKind k) {
+  switch (k) {
+    case ApiKind::embedding: return "embeddings";
+    case ApiKind::response: return "the Responses API";
+    case ApiKind::rerank: return "rerank";
+    case ApiKind::score: return "score";
+    default: return "completions";
+  }
+}
+
 bool is_reset(boost::system::error_code ec) {
   return ec == asio::error::eof || ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
          ec == asio::error::broken_pipe;
@@ -105,6 +116,7 @@ class RequestLife {
   void on_event(const SseEvent& ev, SteadyClock::time_point now);
   void flush_tokens();
   void take_usage(const Usage& u);
+  void learn_response(std::string_view json);
   std::string response_head_from_upstream(bool chunked, size_t content_length);
   void observe(OverheadPhase p, SteadyClock::time_point since) {
     gw_.metrics().overhead(p).observe(std::chrono::duration<double>(SteadyClock::now() - since).count());
@@ -142,6 +154,8 @@ class RequestLife {
   std::optional<Failure> failure_;
   bool finished_ = false;
   bool broken_ = false;  // the client connection cannot carry another response
+  bool pinned_ = false;  // previous_response_id: the one endpoint holding the state, no retry elsewhere
+  bool learned_ = false; // this response's id was recorded in the ResponseLocator
 };
 
 // ============================ the life of one request ============================
@@ -181,9 +195,8 @@ asio::awaitable<bool> RequestLife::run() {
   pool_ = gen_->pool(route_->pool);
   router_ = &pool_->router;
   const bool embedding_pool = router_->config().kind == PoolKind::embedding;
-  if (embedding_pool != (kind_ == ApiKind::embedding))
-    co_return co_await reject(api_error(400, fmt::format("The model `{}` does not support {}.", model_->model,
-                                                         kind_ == ApiKind::embedding ? "embeddings" : "completions"),
+  if (!any_pool_kind(kind_) && embedding_pool != needs_pooling_pool(kind_))
+    co_return co_await reject(api_error(400, fmt::format("The model `{}` does not support {}.", model_->model, api_name(kind_)),
                                         "invalid_request_error", "model", "model_not_supported"), Reason::wrong_api);
   itl_ = pool_->series.itl;
 
@@ -227,12 +240,32 @@ asio::awaitable<bool> RequestLife::run() {
                                         "server_error", {}, "no_endpoint"), Reason::no_endpoint, retry);
   }
 
+  // ---- previous_response_id: the state lives on the engine that stored it; only there ----
+  if (!model_->previous_response_id.empty()) {
+    if (auto place = gw_.responses().find(model_->previous_response_id, gw_.now())) {
+      std::erase_if(candidates, [&](const Candidate& c) {
+        return router_->config().endpoints[c.endpoint].address.str() != place->address;
+      });
+      if (place->pool != route_->pool || candidates.empty())
+        co_return co_await reject(
+            api_error(404, fmt::format("The response `{}` named by previous_response_id was stored on the model server {} (pool {}), "
+                                       "which is not available now; its state is gone. Resend the conversation without "
+                                       "previous_response_id.", truncate_echo(model_->previous_response_id), place->address, place->pool),
+                      "invalid_request_error", "previous_response_id", "previous_response_unavailable"),
+            Reason::no_endpoint);
+      pinned_ = true;
+    }
+    // Unknown here (learned by another gateway, or before a restart): routed as usual; the engine
+    // answers 404 when it does not hold it.
+  }
+
   // ---- forward + relay, watching the client for a disconnect ----
   // Admission: enforce the reserved output bound upstream; ask a stream for its usage (to settle
   // the reservation) and strip that chunk again when the client did not ask for it.
-  const bool generating = kind_ != ApiKind::embedding;
+  const bool generating = generates(kind_);
   const std::optional<int64_t> inject_max = generating ? ticket_->inject_max_tokens() : std::nullopt;
-  strip_usage_ = enforcing_ && generating && model_->stream && !model_->include_usage;
+  // (The Responses API's stream always ends with its usage, in response.completed.)
+  strip_usage_ = enforcing_ && generating && model_->stream && !model_->include_usage && kind_ != ApiKind::response;
   if (route_->is_alias() || inject_max || strip_usage_) {
     BodyRewrite rw{.model = std::nullopt, .inject_max_tokens = inject_max, .inject_include_usage = strip_usage_};
     if (route_->is_alias()) rw.model = route_->target;
@@ -251,7 +284,15 @@ asio::awaitable<bool> RequestLife::run() {
 }
 
 asio::awaitable<void> RequestLife::forward_and_relay(std::vector<Candidate> candidates) {
-  if (co_await forward(candidates)) {
+  const bool placed = co_await forward(candidates);
+  if (!placed && pinned_ && failure_ && failure_->outcome != Outcome::client_cancelled) {
+    // The one engine that holds the conversation failed: say so, the error alone would not.
+    failure_->error.message = fmt::format("The model server {} that stored the response `{}` named by previous_response_id "
+                                          "failed ({}) Its state may be gone; resend the conversation without previous_response_id.",
+                                          rec_.endpoint, truncate_echo(model_->previous_response_id), failure_->error.message);
+    failure_->error.param = "previous_response_id";
+  }
+  if (placed) {
     const auto ct = up_->response()[http::field::content_type];
     if (ct.size() >= 17 && iequals(ct.substr(0, 17), "text/event-stream")) co_await relay_stream();
     else co_await relay_buffered();
@@ -492,6 +533,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   std::string_view out = body;
   if (response_rewriter_ && response_rewriter_->append(body, rewritten)) out = rewritten;
   if (auto u = find_usage(body)) take_usage(*u);
+  if (kind_ == ApiKind::response && status == 200) learn_response(body);
   guard_.on_first_token();
   if (rec_.completion_tokens > 0) {
     guard_.on_tokens(rec_.completion_tokens);
@@ -567,7 +609,10 @@ asio::awaitable<void> RequestLife::relay_stream() {
 
 void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
   if (!ev.has_data || ev.data == "[DONE]") return;
-  if (carries_tokens(ev.data)) {
+  const bool responses = kind_ == ApiKind::response;
+  if (responses && !learned_ && up_->status() == 200 && ev.data.find("\"response.created\"") != std::string_view::npos)
+    learn_response(ev.data);
+  if (responses ? is_output_text_delta(ev.event, ev.data) : carries_tokens(ev.data)) {
     ++rec_.token_events;
     if (!rec_.ttft) {
       rec_.ttft = now - start_;
@@ -594,6 +639,14 @@ void RequestLife::take_usage(const Usage& u) {
   rec_.prompt_tokens = u.prompt_tokens;
   rec_.completion_tokens = u.completion_tokens;
   rec_.cached_tokens = u.cached_tokens;
+}
+
+// A stored response (store != false): remember which endpoint holds it, for its follow-ups.
+void RequestLife::learn_response(std::string_view json) {
+  learned_ = true;
+  if (!model_->store || !guard_) return;
+  if (auto id = response_id_of(json))
+    gw_.responses().remember(*id, {route_->pool, router_->config().endpoints[guard_.endpoint()].address.str()}, gw_.now());
 }
 
 void RequestLife::fail(Outcome o, ApiError e, Reason reason) {

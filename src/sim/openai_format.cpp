@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -44,23 +45,25 @@ std::string event(std::string json) { return "data: " + json + "\n\n"; }
 
 }  // namespace
 
-std::string chat_role_event(const ResponseIds& ids) {
+std::string chat_role_event(const ResponseIds& ids, int index) {
   return event(head(ids, "chat.completion.chunk") +
-               R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})");
+               fmt::format(R"("choices":[{{"index":{},"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}})",
+                           index));
 }
 
-std::string chat_delta_event(const ResponseIds& ids, std::string_view content, std::string_view finish_reason) {
+std::string chat_delta_event(const ResponseIds& ids, std::string_view content, std::string_view finish_reason, int index) {
   std::string tail = finish_reason.empty() ? R"("finish_reason":null)"
                                            : fmt::format(R"("finish_reason":{},"stop_reason":null)", quoted(finish_reason));
   return event(head(ids, "chat.completion.chunk") +
-               fmt::format(R"("choices":[{{"index":0,"delta":{{"content":{}}},"logprobs":null,{}}}]}})", quoted(content),
-                           tail));
+               fmt::format(R"("choices":[{{"index":{},"delta":{{"content":{}}},"logprobs":null,{}}}]}})", index,
+                           quoted(content), tail));
 }
 
-std::string completion_delta_event(const ResponseIds& ids, std::string_view text, std::string_view finish_reason) {
+std::string completion_delta_event(const ResponseIds& ids, std::string_view text, std::string_view finish_reason,
+                                   int index) {
   return event(head(ids, "text_completion") +
-               fmt::format(R"("choices":[{{"index":0,"text":{},"logprobs":null,"finish_reason":{},"stop_reason":null}}]}})",
-                           quoted(text), finish_json(finish_reason)));
+               fmt::format(R"("choices":[{{"index":{},"text":{},"logprobs":null,"finish_reason":{},"stop_reason":null}}]}})",
+                           index, quoted(text), finish_json(finish_reason)));
 }
 
 std::string usage_event(const ResponseIds& ids, bool chat, const Usage& u) {
@@ -89,21 +92,122 @@ std::string_view error_type_for(int status) {
 
 std::string chat_response(const ResponseIds& ids, std::string_view content, std::string_view finish_reason,
                           const Usage& u) {
+  return chat_response(ids, {ChoiceText{std::string(content), finish_reason}}, u);
+}
+
+std::string chat_response(const ResponseIds& ids, const std::vector<ChoiceText>& choices, const Usage& u) {
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i)
+    list += fmt::format(R"({}{{"index":{},"message":{{"role":"assistant","content":{},"refusal":null,)"
+                        R"("annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":null}},)"
+                        R"("logprobs":null,"finish_reason":{},"stop_reason":null}})",
+                        i ? "," : "", i, quoted(choices[i].text), finish_json(choices[i].finish_reason));
   return head(ids, "chat.completion") +
-         fmt::format(R"("choices":[{{"index":0,"message":{{"role":"assistant","content":{},"refusal":null,)"
-                     R"("annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":null}},)"
-                     R"("logprobs":null,"finish_reason":{},"stop_reason":null}}],"service_tier":null,)"
+         fmt::format(R"("choices":[{}],"service_tier":null,)"
                      R"("system_fingerprint":null,"usage":{},"prompt_logprobs":null,"kv_transfer_params":null}})",
-                     quoted(content), finish_json(finish_reason), usage_json(u));
+                     list, usage_json(u));
 }
 
 std::string completion_response(const ResponseIds& ids, std::string_view text, std::string_view finish_reason,
                                 const Usage& u) {
+  return completion_response(ids, {ChoiceText{std::string(text), finish_reason}}, u);
+}
+
+std::string completion_response(const ResponseIds& ids, const std::vector<ChoiceText>& choices, const Usage& u) {
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i)
+    list += fmt::format(R"({}{{"index":{},"text":{},"logprobs":null,"finish_reason":{},"stop_reason":null,)"
+                        R"("prompt_logprobs":null}})",
+                        i ? "," : "", i, quoted(choices[i].text), finish_json(choices[i].finish_reason));
   return head(ids, "text_completion") +
-         fmt::format(R"("choices":[{{"index":0,"text":{},"logprobs":null,"finish_reason":{},"stop_reason":null,)"
-                     R"("prompt_logprobs":null}}],"service_tier":null,"system_fingerprint":null,"usage":{},)"
+         fmt::format(R"("choices":[{}],"service_tier":null,"system_fingerprint":null,"usage":{},)"
                      R"("kv_transfer_params":null}})",
-                     quoted(text), finish_json(finish_reason), usage_json(u));
+                     list, usage_json(u));
+}
+
+namespace {
+std::string null_or_quoted(std::string_view s) { return s.empty() ? "null" : quoted(s); }
+
+std::string output_text_part(std::string_view text) {
+  return fmt::format(R"({{"type":"output_text","text":{},"annotations":[],"logprobs":null}})", quoted(text));
+}
+
+std::string message_item(std::string_view msg_id, std::string_view status, const std::string* text) {
+  return fmt::format(R"({{"id":{},"type":"message","status":"{}","role":"assistant","content":[{}]}})", quoted(msg_id),
+                     status, text ? output_text_part(*text) : std::string());
+}
+}  // namespace
+
+std::string response_object(const ResponseIds& ids, std::string_view status, std::string_view msg_id,
+                            std::string_view text, const Usage& u, const ResponseRequestFields& f) {
+  const bool done = status != "in_progress";
+  const std::string body(text);
+  const std::string output = done ? message_item(msg_id, "completed", &body) : std::string();
+  const std::string usage =
+      done ? fmt::format(R"({{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},)"
+                         R"("output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}})",
+                         u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.prompt_tokens + u.completion_tokens)
+           : "null";
+  return fmt::format(
+      R"({{"id":{},"object":"response","created_at":{},"model":{},"status":"{}","background":false,"error":null,)"
+      R"("incomplete_details":{},"instructions":{},"max_output_tokens":{},"max_tool_calls":null,"metadata":null,)"
+      R"("output":[{}],"parallel_tool_calls":true,"previous_response_id":{},"prompt":null,"reasoning":null,)"
+      R"("service_tier":"auto","store":{},"temperature":1.0,"text":{{"format":{{"type":"text"}}}},"tool_choice":"auto",)"
+      R"("tools":[],"top_logprobs":0,"top_p":1.0,"truncation":"disabled","usage":{},"user":null}})",
+      quoted(ids.id), ids.created, quoted(ids.model), status,
+      status == "incomplete" ? R"({"reason":"max_output_tokens"})" : "null", null_or_quoted(f.instructions),
+      f.max_output_tokens ? std::to_string(*f.max_output_tokens) : "null", output, null_or_quoted(f.previous_response_id),
+      f.store ? "true" : "false", usage);
+}
+
+std::string response_event(std::string_view type, int64_t seq, std::string_view members) {
+  return fmt::format("event: {}\ndata: {{\"type\":\"{}\",\"sequence_number\":{},{}}}\n\n", type, type, seq, members);
+}
+
+std::string output_item_members(std::string_view msg_id, std::string_view status, const std::string* text) {
+  return R"("output_index":0,"item":)" + message_item(msg_id, status, text);
+}
+
+std::string content_part_members(std::string_view msg_id, std::string_view text) {
+  return fmt::format(R"("item_id":{},"output_index":0,"content_index":0,"part":{})", quoted(msg_id), output_text_part(text));
+}
+
+std::string text_delta_members(std::string_view msg_id, std::string_view delta, bool done) {
+  return fmt::format(R"("item_id":{},"output_index":0,"content_index":0,"{}":{},"logprobs":[])", quoted(msg_id),
+                     done ? "text" : "delta", quoted(delta));
+}
+
+std::string tokenize_response(const std::vector<engine::TokenId>& tokens, int64_t max_model_len) {
+  std::string list;
+  for (size_t i = 0; i < tokens.size(); ++i) list += fmt::format("{}{}", i ? "," : "", tokens[i]);
+  return fmt::format(R"({{"count":{},"max_model_len":{},"tokens":[{}],"token_strs":null}})", tokens.size(), max_model_len,
+                     list);
+}
+
+std::string detokenize_response(std::string_view prompt) { return R"({"prompt":)" + quoted(prompt) + "}"; }
+
+std::string rerank_response(const ResponseIds& ids, const std::vector<std::string>& documents,
+                            const std::vector<double>& scores, size_t top_n, int64_t tokens) {
+  std::vector<size_t> order(scores.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+  if (top_n > 0 && top_n < order.size()) order.resize(top_n);
+  std::string results;
+  for (size_t k = 0; k < order.size(); ++k)
+    results += fmt::format(R"({}{{"index":{},"document":{{"text":{}}},"relevance_score":{:.6f}}})", k ? "," : "", order[k],
+                           quoted(documents[order[k]]), scores[order[k]]);
+  return fmt::format(R"({{"id":{},"model":{},"usage":{{"total_tokens":{}}},"results":[{}]}})", quoted(ids.id),
+                     quoted(ids.model), tokens, results);
+}
+
+std::string score_response(const ResponseIds& ids, const std::vector<double>& scores, int64_t tokens) {
+  std::string data;
+  for (size_t i = 0; i < scores.size(); ++i)
+    data += fmt::format(R"({}{{"index":{},"object":"score","score":{:.6f}}})", i ? "," : "", i, scores[i]);
+  return head(ids, "list") +
+         fmt::format(R"("data":[{}],"usage":{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":0,)"
+                     R"("prompt_tokens_details":null}}}})",
+                     data, tokens, tokens);
 }
 
 std::string embedding_response(const ResponseIds& ids, size_t num_inputs, size_t dims, uint64_t seed, const Usage& u) {

@@ -142,11 +142,14 @@ void Replica::dispatch(const engine::StepResult& r) {
     auto it = streams_.find(o.id);
     if (it == streams_.end()) continue;
     Stream& st = *it->second;
-    if (o.new_tokens > 0) st.pending.push_back(o.token);
-    st.prompt_tokens = o.prompt_tokens;
-    st.cached_tokens = o.cached_tokens;
-    st.output_tokens = o.output_tokens;
-    if (o.finished) st.finished = o.finished;
+    Stream::Choice& ch = st.choice(o.id);
+    if (o.new_tokens > 0) ch.pending.push_back(o.token);
+    if (o.id == st.first_id) {  // n > 1: the prompt is counted once, as vLLM does
+      st.prompt_tokens = o.prompt_tokens;
+      st.cached_tokens = o.cached_tokens;
+    }
+    ch.output_tokens = o.output_tokens;
+    if (o.finished) ch.finished = o.finished;
     st.notify();
   }
 }

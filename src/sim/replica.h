@@ -12,6 +12,7 @@
 #pragma once
 #include <boost/asio.hpp>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -78,6 +79,8 @@ class Replica {
   void dispatch(const engine::StepResult& r);
   std::string metrics_text();
   std::pair<int, std::string> handle_lora(bool load, const std::string& body);
+  // /tokenize, /detokenize, /v1/rerank, /v1/score (replica_session.cpp).
+  std::pair<int, std::string> handle_extra(int kind, const std::string& body);
   Time now() const;
   std::chrono::steady_clock::duration real(Duration engine_time) const;
   void wake_step_loop();
@@ -103,6 +106,10 @@ class Replica {
   std::string frozen_metrics_;
   LoraInfoHistory lora_info_;
   DutyCycle duty_;
+  // Responses API, store=true: response id -> the conversation so far (rendered input + output),
+  // as vLLM keeps it in the replica's memory; the oldest dropped past kMaxStoredResponses.
+  std::unordered_map<std::string, std::string> stored_responses_;
+  std::deque<std::string> stored_order_;
 };
 
 }  // namespace sluice::sim

@@ -51,6 +51,8 @@ std::string context_length_message(int64_t max_len, int64_t prompt, int64_t out)
 
 std::string random_hex(std::mt19937_64& rng) { return fmt::format("{:016x}{:016x}", rng(), rng()); }
 
+constexpr size_t kMaxStoredResponses = 10000;  // per replica (vLLM keeps them until restart)
+
 }  // namespace
 
 void Replica::watch_disconnect(Connection& c, std::shared_ptr<Stream> st) {
@@ -138,9 +140,19 @@ asio::awaitable<void> Replica::session(tcp::socket sock) {
       keep_alive = co_await write_response(
           c.sock, http::status::ok, models_response(cfg_.model_name, cfg_.engine.max_model_len, adapters_, created_unix_),
           keep_alive);
-    } else if (post && (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings")) {
+    } else if (post && (path == "/tokenize" || path == "/detokenize" || path == "/v1/rerank" || path == "/rerank" ||
+                        path == "/v2/rerank" || path == "/v1/score" || path == "/score")) {
+      const ApiKind kind = path == "/tokenize"     ? ApiKind::tokenize
+                           : path == "/detokenize" ? ApiKind::detokenize
+                           : path.ends_with("rerank") ? ApiKind::rerank
+                                                      : ApiKind::score;
+      auto [status, out] = handle_extra(static_cast<int>(kind), req.body());
+      keep_alive = co_await write_response(c.sock, static_cast<http::status>(status), std::move(out), keep_alive);
+    } else if (post && (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings" ||
+                        path == "/v1/responses")) {
       const ApiKind kind = path == "/v1/chat/completions" ? ApiKind::chat
                            : path == "/v1/completions"    ? ApiKind::completion
+                           : path == "/v1/responses"      ? ApiKind::response
                                                           : ApiKind::embedding;
       keep_alive = co_await handle_generate(c, static_cast<int>(kind), req.body(), keep_alive);
     } else if (post && (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")) {
@@ -173,12 +185,27 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
       co_return co_await write_error(c.sock, 404, fmt::format("The model `{}` does not exist.", rq.model), keep_alive);
     adapter = rq.model;
   }
+  const bool embedding = kind == ApiKind::embedding;
+  const bool responses = kind == ApiKind::response;
 
-  const auto tokens_text = rq.rendered.empty() ? std::string_view(rq.prompt) : std::string_view(rq.rendered);
-  auto prompt = engine::tokenize(tokens_text);
+  // The Responses API continues a stored conversation: its text comes first, as vLLM prepends it.
+  std::string conversation;
+  if (responses && !rq.previous_response_id.empty()) {
+    auto it = stored_responses_.find(rq.previous_response_id);
+    if (it == stored_responses_.end())
+      co_return co_await write_error(c.sock, 404, fmt::format("Response with id '{}' not found.", rq.previous_response_id),
+                                     keep_alive);
+    conversation = it->second;
+  }
+  conversation += rq.rendered.empty() ? std::string_view(rq.prompt) : std::string_view(rq.rendered);
+  auto prompt = engine::tokenize(conversation);
   const auto prompt_len = static_cast<int64_t>(prompt.size());
   const int64_t max_len = cfg_.engine.max_model_len;
-  const bool embedding = kind == ApiKind::embedding;
+  const bool streaming = rq.stream && !embedding;
+  const int generated = embedding ? 1 : static_cast<int>(rq.completions);  // n or best_of
+  const int returned = embedding ? 1 : static_cast<int>(rq.n);  // best_of generates more, returns the first n
+  if (streaming && returned != generated)
+    co_return co_await write_error(c.sock, 400, "best_of must equal n when streaming.", keep_alive);
 
   const FaultDecision fault = decide(faults_, rng_);
   if (fault.error_status == 400)
@@ -191,7 +218,6 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
   }
 
   engine::EngineRequest er;
-  er.id = next_id_++;
   er.arrival = now();
   if (embedding) {
     if (prompt_len > max_len)
@@ -213,30 +239,33 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
   } else {
     if (prompt_len >= max_len)
       co_return co_await write_error(c.sock, 400, context_length_message(max_len, prompt_len, 0), keep_alive);
-    er.max_output_tokens = std::min(cfg_.output_len.sample(rng_), max_len - prompt_len);
     er.finish_reason = engine::FinishReason::stop;
   }
   er.prompt = std::move(prompt);
   er.priority = rq.priority.value_or(0);
   er.adapter = adapter;
   er.cache_salt = rq.cache_salt;
-  const engine::RequestId id = er.id;
 
   auto st = std::make_shared<Stream>(c.sock.get_executor());
-  streams_.emplace(id, st);
+  st->first_id = next_id_;
+  st->choices.resize(generated);
+  for (int i = 0; i < generated; ++i) streams_.emplace(st->first_id + i, st);
   struct Guard {  // however this ends: the stream is gone and the watcher is released
     Replica* self;
     Connection& c;
     std::shared_ptr<Stream> st;
-    engine::RequestId id;
     ~Guard() {
       st->done = true;
-      self->streams_.erase(id);
+      for (size_t i = 0; i < st->choices.size(); ++i) self->streams_.erase(st->first_id + i);
       boost::system::error_code ec;
       c.sock.cancel(ec);
     }
-  } guard{this, c, st, id};
+  } guard{this, c, st};
+  next_id_ += generated;
   watch_disconnect(c, st);
+  const auto abort_all = [&] {
+    for (int i = 0; i < generated; ++i) engine_.abort(st->first_id + i, now());
+  };
 
   // Front-end overhead (and an injected latency spike) before the request is queued.
   st->wake.expires_after(real(from_millis(cfg_.frontend_overhead_ms + fault.extra_delay_ms)));
@@ -244,67 +273,174 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
   st->rearm();
   if (st->client_gone || stopped_) co_return false;
 
-  if (auto err = engine_.submit(std::move(er), now()); err != engine::SubmitError::none)
-    co_return co_await write_error(c.sock, 400, std::string(engine::to_string(err)), keep_alive);
+  for (int i = 0; i < generated; ++i) {  // n sequences of one prompt: the prefix cache shares it
+    engine::EngineRequest one = er;
+    one.id = st->first_id + i;
+    if (!embedding && !rq.max_output_tokens)
+      one.max_output_tokens = std::min(cfg_.output_len.sample(rng_), max_len - prompt_len);
+    if (auto err = engine_.submit(std::move(one), now()); err != engine::SubmitError::none) {
+      abort_all();
+      co_return co_await write_error(c.sock, 400, std::string(engine::to_string(err)), keep_alive);
+    }
+  }
   wake_step_loop();
 
   ResponseIds ids;
-  ids.id = (kind == ApiKind::chat ? "chatcmpl-" : embedding ? "embd-" : "cmpl-") + random_hex(rng_);
+  ids.id = (kind == ApiKind::chat ? "chatcmpl-" : responses ? "resp_" : embedding ? "embd-" : "cmpl-") + random_hex(rng_);
   ids.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   ids.model = rq.model;
   const bool chat = kind == ApiKind::chat;
-  const bool streaming = rq.stream && !embedding;
+  const std::string msg_id = responses ? "msg_" + random_hex(rng_) : std::string();
+  const ResponseRequestFields fields{rq.messages.empty() || rq.messages.front().role != "system" ? std::string_view()
+                                                                                                   : std::string_view(rq.messages.front().content),
+                                     rq.max_output_tokens, rq.previous_response_id, rq.store};
+  int64_t seq = 0;  // Responses API event sequence number
 
-  std::string text;  // non-streaming: the whole output
-  std::string out;   // streaming: bytes to write next
+  std::string out;  // streaming: bytes to write next
   if (streaming) {
     out = "HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
           "transfer-encoding: chunked\r\n";
     out += keep_alive ? "\r\n" : "connection: close\r\n\r\n";
-    if (chat) append_chunk(out, chat_role_event(ids));
+    if (chat)
+      for (int i = 0; i < returned; ++i) append_chunk(out, chat_role_event(ids, i));
+    if (responses) {
+      const std::string created = response_object(ids, "in_progress", msg_id, "", {}, fields);
+      append_chunk(out, response_event("response.created", seq++, "\"response\":" + created));
+      append_chunk(out, response_event("response.in_progress", seq++, "\"response\":" + created));
+      append_chunk(out, response_event("response.output_item.added", seq++, output_item_members(msg_id, "in_progress", nullptr)));
+      append_chunk(out, response_event("response.content_part.added", seq++, content_part_members(msg_id, "")));
+    }
   }
   for (;;) {
     if (st->client_gone || stopped_) {
-      engine_.abort(id, now());
+      abort_all();
       co_return false;
     }
-    const bool finished = st->finished.has_value();
-    if (!st->pending.empty() || finished || !out.empty()) {
-      const std::string_view reason = finished ? engine::to_string(*st->finished) : std::string_view{};
-      for (size_t i = 0; i < st->pending.size(); ++i) {
-        const auto word = token_text(st->pending[i]);
-        const bool last = finished && i + 1 == st->pending.size();
-        if (!streaming) text += word;
-        else if (chat) append_chunk(out, chat_delta_event(ids, word, last ? reason : ""));
-        else append_chunk(out, completion_delta_event(ids, word, last ? reason : ""));
+    bool all_finished = true, any_output = !out.empty();
+    for (int i = 0; i < generated; ++i) {
+      auto& ch = st->choices[i];
+      all_finished &= ch.finished.has_value();
+      if (ch.pending.empty() && (!ch.finished || ch.finish_sent)) continue;
+      any_output = true;
+      const std::string_view reason = ch.finished ? engine::to_string(*ch.finished) : std::string_view{};
+      for (size_t k = 0; k < ch.pending.size(); ++k) {
+        const auto word = token_text(ch.pending[k]);
+        const bool last = ch.finished && k + 1 == ch.pending.size();
+        if (!streaming || responses) ch.text += word;
+        if (!streaming || i >= returned) continue;
+        if (responses) append_chunk(out, response_event("response.output_text.delta", seq++, text_delta_members(msg_id, word, false)));
+        else if (chat) append_chunk(out, chat_delta_event(ids, word, last ? reason : "", i));
+        else append_chunk(out, completion_delta_event(ids, word, last ? reason : "", i));
       }
-      if (streaming && finished && st->pending.empty())  // finished without a new token
-        append_chunk(out, chat ? chat_delta_event(ids, "", reason) : completion_delta_event(ids, "", reason));
-      st->pending.clear();
-      if (finished) break;
-      if (streaming) {
-        auto [ec, n] = co_await asio::async_write(c.sock, asio::buffer(out), tuple_awaitable);
-        out.clear();
-        if (ec) st->client_gone = true;
-        continue;  // tokens may have arrived while writing
-      }
+      if (streaming && !responses && i < returned && ch.finished && ch.pending.empty() && !ch.finish_sent)
+        append_chunk(out, chat ? chat_delta_event(ids, "", reason, i) : completion_delta_event(ids, "", reason, i));
+      if (ch.finished) ch.finish_sent = true;
+      ch.pending.clear();
+    }
+    if (all_finished) break;
+    if (streaming && any_output && !out.empty()) {
+      auto [ec, n] = co_await asio::async_write(c.sock, asio::buffer(out), tuple_awaitable);
+      out.clear();
+      if (ec) st->client_gone = true;
+      continue;  // tokens may have arrived while writing
     }
     co_await st->wake.async_wait(tuple_awaitable);
     st->rearm();
   }
 
-  const Usage usage{st->prompt_tokens, st->output_tokens, st->cached_tokens};
+  int64_t output_tokens = 0;
+  for (const auto& ch : st->choices) output_tokens += ch.output_tokens;
+  const Usage usage{st->prompt_tokens, output_tokens, st->cached_tokens};
+  const auto& first = st->choices.front();
+  if (responses && rq.store) {  // kept in this replica's memory for a follow-up
+    if (stored_responses_.size() >= kMaxStoredResponses && !stored_order_.empty()) {
+      stored_responses_.erase(stored_order_.front());
+      stored_order_.pop_front();
+    }
+    stored_responses_[ids.id] = conversation + first.text + "<|eot_id|>";
+    stored_order_.push_back(ids.id);
+  }
+  const std::string_view status = first.finished == engine::FinishReason::length ? "incomplete" : "completed";
   if (!streaming) {
-    std::string body = embedding ? embedding_response(ids, rq.num_inputs, 16, id * 7919 + prompt_len, usage)
-                       : chat    ? chat_response(ids, text, engine::to_string(*st->finished), usage)
-                                 : completion_response(ids, text, engine::to_string(*st->finished), usage);
+    std::vector<ChoiceText> choices;
+    for (int i = 0; i < returned; ++i)
+      choices.push_back({std::move(st->choices[i].text), engine::to_string(*st->choices[i].finished)});
+    std::string body = embedding ? embedding_response(ids, rq.num_inputs, 16, st->first_id * 7919 + prompt_len, usage)
+                       : responses ? response_object(ids, status, msg_id, choices.front().text, usage, fields)
+                       : chat      ? chat_response(ids, choices, usage)
+                                   : completion_response(ids, choices, usage);
     co_return co_await write_response(c.sock, http::status::ok, std::move(body), keep_alive);
   }
-  if (rq.include_usage) append_chunk(out, usage_event(ids, chat, usage));
-  append_chunk(out, kDoneEvent);
+  if (responses) {
+    append_chunk(out, response_event("response.output_text.done", seq++, text_delta_members(msg_id, first.text, true)));
+    append_chunk(out, response_event("response.content_part.done", seq++, content_part_members(msg_id, first.text)));
+    append_chunk(out, response_event("response.output_item.done", seq++, output_item_members(msg_id, "completed", &first.text)));
+    append_chunk(out, response_event("response.completed", seq++,
+                                     "\"response\":" + response_object(ids, status, msg_id, first.text, usage, fields)));
+  } else {
+    if (rq.include_usage) append_chunk(out, usage_event(ids, chat, usage));
+    append_chunk(out, kDoneEvent);
+  }
   out += "0\r\n\r\n";
   auto [ec, n] = co_await asio::async_write(c.sock, asio::buffer(out), tuple_awaitable);
   co_return !ec && keep_alive;
+}
+
+// vLLM's extra routes: answered by the front end at once (no engine step), as cheap as vLLM's.
+// Relevance and score: a deterministic function of the text pair (hash-based), in [0, 1).
+std::pair<int, std::string> Replica::handle_extra(int kind_int, const std::string& body) {
+  const auto kind = static_cast<ApiKind>(kind_int);
+  auto parsed = parse_request(kind, body);
+  if (!parsed.ok()) return {parsed.error.status, error_body(parsed.error.message, error_type_for(parsed.error.status), parsed.error.status)};
+  const RequestModel& rq = *parsed.request;
+  if (rq.model != cfg_.model_name && std::find(adapters_.begin(), adapters_.end(), rq.model) == adapters_.end())
+    return {404, error_body(fmt::format("The model `{}` does not exist.", rq.model), "NotFoundError", 404)};
+  if ((kind == ApiKind::rerank || kind == ApiKind::score) && !cfg_.engine.embedding)
+    return {400, error_body(fmt::format("The model does not support the {} API.", kind == ApiKind::rerank ? "Rerank" : "Score"),
+                            "BadRequestError", 400)};
+  ResponseIds ids;
+  ids.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  ids.model = rq.model;
+  switch (kind) {
+    case ApiKind::tokenize:
+      return {200, tokenize_response(engine::tokenize(rq.rendered), cfg_.engine.max_model_len)};
+    case ApiKind::detokenize: {
+      std::string text;  // rendered holds the ids, space- or newline-separated
+      for (size_t i = 0; i < rq.rendered.size();) {
+        while (i < rq.rendered.size() && (rq.rendered[i] < '0' || rq.rendered[i] > '9')) ++i;
+        if (i >= rq.rendered.size()) break;
+        const uint64_t id = std::strtoull(rq.rendered.c_str() + i, nullptr, 10);
+        while (i < rq.rendered.size() && rq.rendered[i] >= '0' && rq.rendered[i] <= '9') ++i;
+        text += token_text(static_cast<engine::TokenId>(id));
+      }
+      return {200, detokenize_response(text)};
+    }
+    default: break;
+  }
+  // rerank / score: the documents (or text_2 values) are the rendered lines after the first.
+  std::vector<std::string> lines;
+  for (size_t at = 0; at <= rq.rendered.size();) {
+    size_t nl = rq.rendered.find('\n', at);
+    if (nl == std::string::npos) nl = rq.rendered.size();
+    lines.emplace_back(rq.rendered.substr(at, nl - at));
+    at = nl + 1;
+  }
+  const std::string query = lines.empty() ? std::string() : lines.front();
+  std::vector<std::string> docs(lines.begin() + (lines.empty() ? 0 : 1), lines.end());
+  std::vector<double> scores;
+  for (const auto& d : docs) scores.push_back(double(std::hash<std::string>{}(query + "\x1f" + d) % 1000003) / 1000003.0);
+  const int64_t tokens = engine::count_tokens(rq.rendered);
+  if (kind == ApiKind::rerank) {
+    ids.id = "rerank-" + random_hex(rng_);
+    size_t top_n = 0;
+    if (auto p = body.find("\"top_n\""); p != std::string::npos) {
+      const auto colon = body.find(':', p);
+      if (colon != std::string::npos) top_n = static_cast<size_t>(std::max(0, std::atoi(body.c_str() + colon + 1)));
+    }
+    return {200, rerank_response(ids, docs, scores, top_n, tokens)};
+  }
+  ids.id = "score-" + random_hex(rng_);
+  return {200, score_response(ids, scores, tokens)};
 }
 
 }  // namespace sluice::sim

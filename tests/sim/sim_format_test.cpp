@@ -55,6 +55,69 @@ TEST(SimOpenAiFormat, WholeResponsesAndErrors) {
   EXPECT_TRUE(err["error"]["param"].is_null());
 }
 
+TEST(SimOpenAiFormat, IndexedChoices) {
+  ResponseIds ids{"chatcmpl-1", 1, "m"};
+  simdjson::dom::parser p;
+  auto role = parse_event(p, chat_role_event(ids, 2));
+  EXPECT_EQ(int64_t(role["choices"].at(0)["index"]), 2);
+  auto delta = parse_event(p, completion_delta_event(ids, " a", "stop", 1));
+  EXPECT_EQ(int64_t(delta["choices"].at(0)["index"]), 1);
+  auto whole = p.parse(chat_response(ids, {{"one", "stop"}, {"two", "length"}}, {5, 4, 0}));
+  EXPECT_EQ(simdjson::dom::array(whole["choices"]).size(), 2u);
+  EXPECT_EQ(std::string_view(whole["choices"].at(1)["message"]["content"]), "two");
+  EXPECT_EQ(std::string_view(whole["choices"].at(1)["finish_reason"]), "length");
+  EXPECT_EQ(int64_t(whole["choices"].at(1)["index"]), 1);
+}
+
+TEST(SimOpenAiFormat, ResponsesObjectAndTypedEvents) {
+  ResponseIds ids{"resp_1", 7, "m"};
+  simdjson::dom::parser p;
+  ResponseRequestFields f{"Be brief.", 16, "resp_0", true};
+  auto done = p.parse(response_object(ids, "completed", "msg_1", "hi there", {10, 2, 0}, f));
+  EXPECT_EQ(std::string_view(done["object"]), "response");
+  EXPECT_EQ(std::string_view(done["status"]), "completed");
+  EXPECT_EQ(std::string_view(done["instructions"]), "Be brief.");
+  EXPECT_EQ(std::string_view(done["previous_response_id"]), "resp_0");
+  EXPECT_EQ(int64_t(done["max_output_tokens"]), 16);
+  EXPECT_EQ(std::string_view(done["output"].at(0)["content"].at(0)["text"]), "hi there");
+  EXPECT_EQ(int64_t(done["usage"]["output_tokens"]), 2);
+  EXPECT_EQ(int64_t(done["usage"]["total_tokens"]), 12);
+  EXPECT_TRUE(done["incomplete_details"].is_null());
+  auto created = p.parse(response_object(ids, "in_progress", "msg_1", "", {}, {}));
+  EXPECT_EQ(simdjson::dom::array(created["output"]).size(), 0u);
+  EXPECT_TRUE(created["usage"].is_null());
+  EXPECT_TRUE(created["instructions"].is_null());
+  auto cut = p.parse(response_object(ids, "incomplete", "msg_1", "x", {1, 1, 0}, f));
+  EXPECT_EQ(std::string_view(cut["incomplete_details"]["reason"]), "max_output_tokens");
+  const std::string ev = response_event("response.output_text.delta", 5, text_delta_members("msg_1", " a", false));
+  ASSERT_TRUE(ev.starts_with("event: response.output_text.delta\ndata: "));
+  ASSERT_TRUE(ev.ends_with("\n\n"));
+  auto d = p.parse(ev.substr(ev.find("data: ") + 6, ev.size() - ev.find("data: ") - 8));
+  EXPECT_EQ(std::string_view(d["type"]), "response.output_text.delta");
+  EXPECT_EQ(int64_t(d["sequence_number"]), 5);
+  EXPECT_EQ(std::string_view(d["delta"]), " a");
+  EXPECT_EQ(std::string_view(d["item_id"]), "msg_1");
+}
+
+TEST(SimOpenAiFormat, ExtraRoutes) {
+  simdjson::dom::parser p;
+  auto t = p.parse(tokenize_response({1, 2, 3}, 4096));
+  EXPECT_EQ(int64_t(t["count"]), 3);
+  EXPECT_EQ(int64_t(t["max_model_len"]), 4096);
+  EXPECT_EQ(simdjson::dom::array(t["tokens"]).size(), 3u);
+  EXPECT_EQ(std::string_view(p.parse(detokenize_response(" a b"))["prompt"]), " a b");
+  ResponseIds ids{"rerank-1", 1, "m"};
+  auto r = p.parse(rerank_response(ids, {"a", "b", "c"}, {0.1, 0.9, 0.5}, 2, 12));
+  EXPECT_EQ(simdjson::dom::array(r["results"]).size(), 2u);
+  EXPECT_EQ(int64_t(r["results"].at(0)["index"]), 1);  // best first
+  EXPECT_EQ(std::string_view(r["results"].at(0)["document"]["text"]), "b");
+  EXPECT_EQ(int64_t(r["usage"]["total_tokens"]), 12);
+  auto s = p.parse(score_response(ids, {0.25, 0.75}, 8));
+  EXPECT_EQ(simdjson::dom::array(s["data"]).size(), 2u);
+  EXPECT_EQ(std::string_view(s["data"].at(1)["object"]), "score");
+  EXPECT_EQ(int64_t(s["usage"]["prompt_tokens"]), 8);
+}
+
 TEST(SimFaults, JsonUpdatesAndValidation) {
   FaultConfig f;
   EXPECT_FALSE(f.apply_json(R"({"error_rate":{"500":0.5,"429":0.25},"metrics":"freeze"})"));

@@ -43,7 +43,9 @@ AdmissionResult Admission::admit(const Tenant& tenant, const AdmissionRequest& r
     return out;
   }
   const OutputBound bound = output_bound_for(req.max_output_tokens, config_.default_max_output_tokens);
-  ReserveResult reserved = budget_.reserve(tenant, req.model, {req.input_tokens, bound.tokens}, now, rng);
+  // n > 1 (or best_of): the engine generates that many completions, each up to the bound.
+  const int64_t reserved_output = bound.tokens * std::max<int64_t>(1, req.completions);
+  ReserveResult reserved = budget_.reserve(tenant, req.model, {req.input_tokens, reserved_output}, now, rng);
   out.rate_limit_headers = reserved.status.headers();
   if (!reserved.ok()) {
     out.denial = std::move(reserved.denial);

@@ -55,10 +55,11 @@ struct AdmissionConfig {
 struct AdmissionRequest {
   std::string_view model;
   int64_t input_tokens = 0;                     // estimate_tokens(rendered prompt)
-  std::optional<int64_t> max_output_tokens;     // RequestModel::max_output_tokens
+  std::optional<int64_t> max_output_tokens;     // RequestModel::max_output_tokens (per completion)
   std::optional<int64_t> priority;              // per-request priority (can only lower)
   size_t body_bytes = 0;
   uintptr_t cookie = 0;                         // returned by pop_next / expire
+  int64_t completions = 1;                      // RequestModel::completions (n / best_of): the reservation covers this many
 };
 
 class Admission;

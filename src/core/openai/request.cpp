@@ -18,8 +18,21 @@ std::string_view to_string(ApiKind k) {
     case ApiKind::chat: return "chat";
     case ApiKind::completion: return "completion";
     case ApiKind::embedding: return "embedding";
+    case ApiKind::response: return "response";
+    case ApiKind::tokenize: return "tokenize";
+    case ApiKind::detokenize: return "detokenize";
+    case ApiKind::rerank: return "rerank";
+    case ApiKind::score: return "score";
   }
   return "unknown";
+}
+
+bool generates(ApiKind k) { return k == ApiKind::chat || k == ApiKind::completion || k == ApiKind::response; }
+bool needs_pooling_pool(ApiKind k) { return k == ApiKind::embedding || k == ApiKind::rerank || k == ApiKind::score; }
+bool any_pool_kind(ApiKind k) { return k == ApiKind::tokenize || k == ApiKind::detokenize; }
+ApiKind pick_kind(ApiKind k) {
+  if (k == ApiKind::response) return ApiKind::chat;
+  return generates(k) ? k : ApiKind::embedding;
 }
 
 std::string truncate_echo(std::string_view s, size_t max) {
@@ -191,6 +204,67 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
   return simdjson::SUCCESS;
 }
 
+simdjson::error_code consume_value(od::value v);
+
+// One content part of a Responses API message ({"type":"input_text","text":...}, input_image,
+// input_file, ...): its string fields other than `type` are appended (text verbatim), so equal
+// inputs hash equally; other values are validated and skipped.
+simdjson::error_code append_part(od::object part, std::string& out) {
+  for (auto pf : part) {
+    std::string_view pk;
+    od::value pv;
+    if (auto err = pf.unescaped_key().get(pk)) return err;
+    if (auto err = pf.value().get(pv)) return err;
+    od::json_type t;
+    if (auto err = pv.type().get(t)) return err;
+    if (t == od::json_type::string && pk != "type") {
+      std::string_view text;
+      if (auto err = pv.get_string().get(text)) return err;
+      out.append(text);
+    } else if (auto err = consume_value(pv)) {
+      return err;
+    }
+  }
+  return simdjson::SUCCESS;
+}
+
+// One item of a Responses API `input` list: a message ({"role","content"}, `type` "message" or
+// absent) or another item type (function_call, function_call_output, reasoning...), which is
+// rendered under its type as the role with its string fields as content.
+simdjson::error_code read_input_item(od::object obj, ChatMessage& m) {
+  std::string type;
+  for (auto field : obj) {
+    std::string_view key;
+    if (auto err = field.unescaped_key().get(key)) return err;
+    od::value v;
+    if (auto err = field.value().get(v)) return err;
+    od::json_type t;
+    if (auto err = v.type().get(t)) return err;
+    if (key == "role" || key == "type") {
+      std::string_view s;
+      if (auto err = v.get_string().get(s)) return err;
+      (key == "role" ? m.role : type).assign(s);
+    } else if (key == "content" && t == od::json_type::array) {
+      od::array parts;
+      if (auto err = v.get_array().get(parts)) return err;
+      for (auto p : parts) {
+        od::object part;
+        if (auto err = p.get_object().get(part)) return err;
+        if (auto err = append_part(part, m.content)) return err;
+      }
+    } else if (t == od::json_type::string && key != "id" && key != "status") {
+      std::string_view s;  // content, output, arguments, name, call_id: what the engine renders
+      if (auto err = v.get_string().get(s)) return err;
+      m.content.append(s);
+    } else if (auto err = consume_value(v)) {
+      return err;
+    }
+  }
+  if (m.role.empty()) m.role = type;
+  if (m.role.empty()) return simdjson::NO_SUCH_FIELD;
+  return simdjson::SUCCESS;
+}
+
 // Consumes a value we do not use, validating it all the way down: the on-demand iterator would
 // otherwise step over a malformed member (e.g. `"x": :::`) without looking at it (a fuzzer find).
 simdjson::error_code consume_value(od::value v) {
@@ -277,6 +351,10 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
   RequestModel req;
   req.kind = kind;
   bool have_model = false, have_messages = false, have_prompt = false;
+  std::string instructions;                 // Responses API: rendered as a leading system message
+  int64_t n_value = 1;                      // n
+  std::optional<int64_t> best_of_value;     // best_of
+  int pooled_fields = 0;                    // rerank: query + documents; score: text_1 + text_2
 
   auto fail = [&](std::string msg, std::string param = {}) {
     result.error = bad(std::move(msg), std::move(param));
@@ -360,6 +438,93 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
         return fail(fmt::format("'{}' must be a string, an array of strings, or an array of token ids.", key), param);
       req.num_inputs = count;
       have_prompt = true;
+    } else if (key == "input" && kind == ApiKind::response) {
+      od::json_type t;
+      if (v.type().get(t)) return fail("'input' must be a string or an array of input items.", param);
+      if (t == od::json_type::string) {
+        std::string_view s;
+        if (v.get_string().get(s)) return fail("'input' must be a string or an array of input items.", param);
+        req.messages.push_back(ChatMessage{"user", std::string(s)});
+      } else {
+        od::array arr;
+        if (v.get_array().get(arr)) return fail("'input' must be a string or an array of input items.", param);
+        size_t i = 0;
+        for (auto el : arr) {
+          od::object io;
+          if (el.get_object().get(io))
+            return fail(fmt::format("'input[{}]' must be an object.", i), fmt::format("input[{}]", i));
+          ChatMessage m;
+          if (auto err = read_input_item(io, m))
+            return fail(err == simdjson::NO_SUCH_FIELD
+                            ? fmt::format("'input[{}]' needs a 'role' or a 'type'.", i)
+                            : fmt::format("'input[{}]' is malformed: role and type must be strings, content a string or an array of content parts.", i),
+                        fmt::format("input[{}]", i));
+          req.messages.push_back(std::move(m));
+          if (++i > limits.max_messages) return fail("Too many input items.", param);
+        }
+      }
+      have_messages = true;
+    } else if (key == "instructions" && kind == ApiKind::response) {
+      od::json_type t;
+      if (v.type().get(t)) return fail("'instructions' must be a string.", param);
+      if (t == od::json_type::null) continue;
+      std::string_view s;
+      if (v.get_string().get(s)) return fail("'instructions' must be a string.", param);
+      instructions.assign(s);
+    } else if (key == "previous_response_id" && kind == ApiKind::response) {
+      od::json_type t;
+      if (v.type().get(t)) return fail("'previous_response_id' must be a string.", param);
+      if (t == od::json_type::null) continue;
+      std::string_view s;
+      if (v.get_string().get(s)) return fail("'previous_response_id' must be a string.", param);
+      if (s.size() > limits.max_model_bytes)
+        return fail(fmt::format("'previous_response_id' is longer than the limit of {} bytes.", limits.max_model_bytes), param);
+      req.previous_response_id.assign(s);
+    } else if (key == "store" && kind == ApiKind::response) {
+      od::json_type t;
+      if (v.type().get(t)) return fail("'store' must be a boolean.", param);
+      if (t == od::json_type::null) continue;
+      if (v.get_bool().get(req.store)) return fail("'store' must be a boolean.", param);
+    } else if ((key == "n" || key == "best_of") && (kind == ApiKind::chat || kind == ApiKind::completion)) {
+      od::json_type t;
+      if (v.type().get(t)) return fail(fmt::format("'{}' must be an integer.", key), param);
+      if (t == od::json_type::null) continue;
+      int64_t n;
+      if (v.get_int64().get(n)) return fail(fmt::format("'{}' must be an integer.", key), param);
+      if (n < 1 || n > kMaxCompletionsPerRequest)
+        return fail(fmt::format("'{}' must be between 1 and {}, got {}.", key, kMaxCompletionsPerRequest, n), param);
+      if (key == "n") n_value = n;
+      else best_of_value = n;
+    } else if ((key == "messages" && kind == ApiKind::tokenize) ||
+               (kind == ApiKind::tokenize && key == "prompt")) {
+      if (key == "prompt") {
+        size_t count = 0;
+        if (append_text_value(v, req.prompt, count)) return fail("'prompt' must be a string.", param);
+      } else {
+        od::array arr;
+        if (v.get_array().get(arr)) return fail("'messages' must be an array of message objects.", param);
+        size_t i = 0;
+        for (auto el : arr) {
+          od::object mo;
+          ChatMessage m;
+          if (el.get_object().get(mo) || read_message(mo, m))
+            return fail(fmt::format("'messages[{}]' is malformed.", i), fmt::format("messages[{}]", i));
+          req.messages.push_back(std::move(m));
+          if (++i > limits.max_messages) return fail("Too many messages.", param);
+        }
+        have_messages = true;
+      }
+      have_prompt = true;
+    } else if ((key == "tokens" && kind == ApiKind::detokenize) ||
+               ((key == "query" || key == "documents") && kind == ApiKind::rerank) ||
+               ((key == "text_1" || key == "text_2") && kind == ApiKind::score)) {
+      size_t count = 0;
+      if (!req.prompt.empty()) req.prompt.push_back('\n');
+      if (append_text_value(v, req.prompt, count))
+        return fail(fmt::format("'{}' must be a string, an array of strings, or an array of token ids.", key), param);
+      if (key == "documents" || key == "text_2") req.num_inputs = count;
+      ++pooled_fields;
+      have_prompt = true;
     } else if (key == "user") {
       std::string_view s;
       if (v.get_string().get(s)) return fail("'user' must be a string.", param);
@@ -390,7 +555,33 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       if (!have_prompt || req.num_inputs == 0) return fail("'input' is required and must not be empty.", "input");
       req.rendered = req.prompt;
       break;
+    case ApiKind::response:
+      if (!have_messages || req.messages.empty())
+        return fail("'input' is required and must not be empty.", "input");
+      if (!instructions.empty()) req.messages.insert(req.messages.begin(), ChatMessage{"system", std::move(instructions)});
+      req.rendered = render_chat(req.messages);
+      break;
+    case ApiKind::tokenize:
+      if (!have_prompt) return fail("'prompt' or 'messages' is required.", "prompt");
+      req.rendered = have_messages ? render_chat(req.messages) : req.prompt;
+      break;
+    case ApiKind::detokenize:
+      if (!have_prompt) return fail("'tokens' is required.", "tokens");
+      req.rendered = req.prompt;
+      break;
+    case ApiKind::rerank:
+    case ApiKind::score:
+      if (pooled_fields < 2) {
+        const bool rerank = kind == ApiKind::rerank;
+        return fail(rerank ? "'query' and 'documents' are required." : "'text_1' and 'text_2' are required.",
+                    rerank ? "documents" : "text_2");
+      }
+      req.rendered = req.prompt;
+      break;
   }
+  if (best_of_value && *best_of_value < n_value) return fail("'best_of' must be at least 'n'.", "best_of");
+  req.completions = std::max(n_value, best_of_value.value_or(1));
+  req.n = n_value;
   result.request = std::move(req);
   return result;
 }
@@ -410,7 +601,8 @@ std::string rewrite_body(std::string_view body, const RequestModel& req, const B
   else out.append(body.substr(req.model_value_offset, req.model_value_length));
   // Extra members are inserted right after the model member; the model is always a member of the
   // root object, so this keeps the JSON valid without re-serialising the body.
-  if (inject_max) out += fmt::format(",\"max_tokens\":{}", *rw.inject_max_tokens);
+  if (inject_max)
+    out += fmt::format(",\"{}\":{}", req.kind == ApiKind::response ? "max_output_tokens" : "max_tokens", *rw.inject_max_tokens);
   if (inject_usage) {
     if (req.has_stream_options) {
       // Replace by a later duplicate key: JSON parsers (Python's, simdjson's) take the last one.

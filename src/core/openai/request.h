@@ -13,8 +13,22 @@
 
 namespace sluice {
 
-enum class ApiKind { chat, completion, embedding };
+// chat, completion, embedding: the classic OpenAI routes. response: the Responses API
+// (/v1/responses). tokenize, detokenize, rerank, score: vLLM's extra routes (/tokenize,
+// /detokenize, /v1/rerank (also /rerank, /v2/rerank), /v1/score).
+enum class ApiKind { chat, completion, embedding, response, tokenize, detokenize, rerank, score };
 std::string_view to_string(ApiKind k);
+// Whether the request generates output tokens (chat, completion, response).
+bool generates(ApiKind k);
+// Whether it needs a pooling model, i.e. a pool of kind embedding (embedding, rerank, score);
+// tokenize and detokenize are served by every pool.
+bool needs_pooling_pool(ApiKind k);
+bool any_pool_kind(ApiKind k);
+// The kind the picker prices it as: response -> chat, the pooling and tokenizer routes -> embedding
+// (prefill only, no decode).
+ApiKind pick_kind(ApiKind k);
+
+constexpr int64_t kMaxCompletionsPerRequest = 128;  // n / best_of above this is a 400
 
 struct ParseLimits {
   size_t max_depth = 64;          // deeper JSON nesting is refused
@@ -37,6 +51,13 @@ struct RequestModel {
   std::vector<ChatMessage> messages;  // chat: all messages in order
   std::string prompt;                 // completions: the prompt; embeddings: the input(s), joined
   size_t num_inputs = 1;              // embeddings: number of inputs
+  // n / best_of (chat, completions): the completions the engine generates for this request, the
+  // larger of the two (1 when neither is given). Reservations cover this many outputs.
+  int64_t completions = 1;
+  int64_t n = 1;  // the choices returned (n)
+  // Responses API: previous_response_id (empty when absent) and store (default true).
+  std::string previous_response_id;
+  bool store = true;
   std::string user;
   std::optional<int64_t> priority;    // vLLM's `priority` body field, if given
   std::string cache_salt;
@@ -61,7 +82,11 @@ struct ParseResult {
   bool ok() const { return request.has_value(); }
 };
 
-// Parses `body`. Never throws. Invalid JSON, wrong types, missing model, a model name longer than
+// Parses `body`. Never throws. For ApiKind::response: `input` is a string (one user message) or
+// a list of input items (messages with string content or input_text parts; other item types,
+// such as function_call_output, contribute their string fields), `instructions` becomes a leading
+// system message, and the whole is rendered through the chat template (the prefix the picker
+// hashes). Invalid JSON, wrong types, missing model, a model name longer than
 // max_model_bytes, a duplicate top-level "model" key (the engine might read the other one),
 // invalid UTF-8, too-deep nesting and empty prompts give a 400 with a message naming the field.
 ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits& limits = {});
@@ -71,7 +96,7 @@ int64_t estimate_tokens(std::string_view text);
 
 struct BodyRewrite {
   std::optional<std::string> model;           // replace the model value
-  std::optional<int64_t> inject_max_tokens;   // add "max_tokens" when the request has no bound
+  std::optional<int64_t> inject_max_tokens;   // add "max_tokens" ("max_output_tokens" for the Responses API) when the request has no bound
   bool inject_include_usage = false;          // add/force stream_options.include_usage=true
 };
 // Applies the rewrite to the original body; returns the body unchanged when nothing is asked.

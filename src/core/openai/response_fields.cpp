@@ -111,33 +111,28 @@ std::optional<Usage> find_usage(std::string_view json) {
   return parse_usage_document(json);
 }
 
-// The whole document's top-level `usage` object.
-std::optional<Usage> parse_usage_document(std::string_view json) {
-  if (!contains(json, "\"usage\"")) return std::nullopt;
-  thread_local od::parser parser;
-  thread_local std::string buffer;
-  buffer.assign(json);
-  buffer.append(simdjson::SIMDJSON_PADDING, '\0');
-  od::document doc;
-  if (parser.iterate(buffer.data(), json.size(), buffer.size()).get(doc)) return std::nullopt;
-  od::object root;
-  if (doc.get_object().get(root)) return std::nullopt;
-  od::value usage;
-  if (root.find_field_unordered("usage").get(usage)) return std::nullopt;
-  od::object u;
-  if (usage.get_object().get(u)) return std::nullopt;  // null or not an object
+namespace {
+
+// Reads a usage object: chat/completions names ({prompt,completion}_tokens,
+// prompt_tokens_details.cached_tokens), the Responses API's ({input,output}_tokens,
+// input_tokens_details.cached_tokens), or only total_tokens (vLLM's rerank), read as prompt tokens.
+std::optional<Usage> read_usage(od::object u) {
   Usage out;
   bool any = false;
+  std::optional<int64_t> total;
   for (auto field : u) {
     std::string_view key;
     if (field.unescaped_key().get(key)) return std::nullopt;
     od::value v;
     if (field.value().get(v)) return std::nullopt;
-    if (key == "prompt_tokens") {
+    if (key == "prompt_tokens" || key == "input_tokens") {
       any |= !v.get_int64().get(out.prompt_tokens);
-    } else if (key == "completion_tokens") {
+    } else if (key == "completion_tokens" || key == "output_tokens") {
       any |= !v.get_int64().get(out.completion_tokens);
-    } else if (key == "prompt_tokens_details") {
+    } else if (key == "total_tokens") {
+      int64_t t = 0;
+      if (!v.get_int64().get(t)) total = t;
+    } else if (key == "prompt_tokens_details" || key == "input_tokens_details") {
       od::object d;
       if (!v.get_object().get(d)) {
         int64_t cached = 0;
@@ -145,8 +140,82 @@ std::optional<Usage> parse_usage_document(std::string_view json) {
       }
     }
   }
+  if (!any && total) {
+    out.prompt_tokens = *total;
+    any = true;
+  }
   if (!any) return std::nullopt;
   return out;
+}
+
+// Parses `json` into the thread's buffer; the root object, or false.
+bool parse_root(std::string_view json, od::parser& parser, std::string& buffer, od::document& doc, od::object& root) {
+  buffer.assign(json);
+  buffer.append(simdjson::SIMDJSON_PADDING, '\0');
+  if (parser.iterate(buffer.data(), json.size(), buffer.size()).get(doc)) return false;
+  return !doc.get_object().get(root);
+}
+
+}  // namespace
+
+// The whole document's top-level `usage` object, or that of its `response` member (the Responses
+// API's response.completed event).
+std::optional<Usage> parse_usage_document(std::string_view json) {
+  if (!contains(json, "\"usage\"")) return std::nullopt;
+  thread_local od::parser parser;
+  thread_local std::string buffer;
+  od::document doc;
+  od::object root;
+  if (!parse_root(json, parser, buffer, doc, root)) return std::nullopt;
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return std::nullopt;
+    od::value v;
+    if (field.value().get(v)) return std::nullopt;
+    od::object obj;
+    if (key == "usage") {
+      if (v.get_object().get(obj)) return std::nullopt;  // null or not an object
+      return read_usage(obj);
+    }
+    if (key == "response" && !v.get_object().get(obj)) {
+      od::value usage;
+      if (obj.find_field_unordered("usage").get(usage)) return std::nullopt;
+      od::object u;
+      if (usage.get_object().get(u)) return std::nullopt;
+      return read_usage(u);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> response_id_of(std::string_view json) {
+  if (!contains(json, "\"id\"")) return std::nullopt;
+  thread_local od::parser parser;
+  thread_local std::string buffer;
+  od::document doc;
+  od::object root;
+  if (!parse_root(json, parser, buffer, doc, root)) return std::nullopt;
+  std::optional<std::string> top;
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return std::nullopt;
+    od::value v;
+    if (field.value().get(v)) return std::nullopt;
+    std::string_view s;
+    od::object obj;
+    if (key == "id" && !v.get_string().get(s)) {
+      top = std::string(s);
+    } else if (key == "response" && !v.get_object().get(obj)) {
+      if (obj.find_field_unordered("id").get_string().get(s)) return std::nullopt;
+      return std::string(s);
+    }
+  }
+  return top;
+}
+
+bool is_output_text_delta(std::string_view event, std::string_view data) {
+  if (event == "response.output_text.delta") return true;
+  return event.empty() && contains(data.substr(0, 64), "\"response.output_text.delta\"");
 }
 
 bool carries_tokens(std::string_view data) {

@@ -4,6 +4,11 @@
 //     pinned target the gateway forwarded; it replaces the first `"model": "<target>"` member.
 //   - find_usage: the `usage` object ({prompt,completion}_tokens, prompt_tokens_details.
 //     cached_tokens), parsed with simdjson only when the text contains `"usage"`.
+//     The Responses API's usage ({input,output}_tokens) is read too, also inside the `response`
+//     member of a response.completed event; a usage with only total_tokens (rerank) counts as input.
+//   - response_id_of: the id of a Responses API response (a whole body, or an event that carries
+//     the `response` object), to learn where a stored response lives.
+//   - is_output_text_delta: whether a Responses API event is a text delta (~ one token).
 //   - carries_tokens: whether a stream event's data is a chunk with output (not [DONE], not the
 //     usage-only chunk with `"choices":[]`, not an error). One such chunk ~ one token in vLLM.
 #pragma once
@@ -36,5 +41,11 @@ struct Usage {
 std::optional<Usage> find_usage(std::string_view json);
 
 bool carries_tokens(std::string_view data);
+
+// The `id` of `response` when the JSON object has that member, else its own top-level `id`.
+std::optional<std::string> response_id_of(std::string_view json);
+
+// `event` is the SSE event name (may be empty), `data` its data.
+bool is_output_text_delta(std::string_view event, std::string_view data);
 
 }  // namespace sluice

@@ -15,6 +15,7 @@
 #include "gateway/http/http_util.h"
 #include "gateway/http/request_framing.h"
 #include "gateway/proxy.h"
+#include "core/openai/models_list.h"
 #include "gateway/server.h"
 
 namespace sluice {
@@ -239,6 +240,11 @@ asio::awaitable<void> Session::run() {
     ActiveRequest active(gw);
     const auto head_done = SteadyClock::now();
     auto& req = parser.get();
+    if (static_cast<size_t>(std::distance(req.begin(), req.end())) > limits.max_header_count) {
+      co_await reply_error(api_error(431, fmt::format("Request has more than {} header fields.", limits.max_header_count),
+                                     "invalid_request_error", {}, "headers_too_large"), Reason::headers_too_large, no_extra);
+      break;
+    }
     bool keep_alive = req.keep_alive() && !worker_.draining();
     if (auto framing = check_request_framing(req)) {  // smuggling-prone framing: refuse and close
       co_await reply_error(api_error(framing->status, framing->message, "invalid_request_error", {}, "bad_request"),
@@ -309,10 +315,21 @@ asio::awaitable<void> Session::run() {
     if (path == "/v1/chat/completions") kind = ApiKind::chat;
     else if (path == "/v1/completions") kind = ApiKind::completion;
     else if (path == "/v1/embeddings") kind = ApiKind::embedding;
+    else if (path == "/v1/responses") kind = ApiKind::response;
+    else if (path == "/tokenize") kind = ApiKind::tokenize;
+    // vLLM's render routes (the KV-events work asks engines for token ids): chat or prompt bodies,
+    // routed like /tokenize to the pool of the body's model.
+    else if (path == "/v1/chat/completions/render" || path == "/v1/completions/render") kind = ApiKind::tokenize;
+    else if (path == "/detokenize") kind = ApiKind::detokenize;
+    else if (path == "/v1/rerank" || path == "/rerank" || path == "/v2/rerank") kind = ApiKind::rerank;
+    else if (path == "/v1/score" || path == "/score") kind = ApiKind::score;
+    const bool head = method == http::verb::head;
 
     // The API listener's own answers pass the one completion path too (access log + metrics).
     const auto started = SteadyClock::now();
     auto answer = [&](std::string response, int status, Reason reason) -> asio::awaitable<void> {
+      // HEAD: the head alone (its Content-Length still that of the body a GET would get).
+      if (head) response.resize(std::min(response.size(), response.find("\r\n\r\n") + 4));
       co_await write(response);
       RequestRecord r;
       auto rid = req["x-request-id"];
@@ -336,6 +353,19 @@ asio::awaitable<void> Session::run() {
       } else {
         const RequestContext ctx{gw, upstream_pool(), *this, body_read};
         keep_alive = co_await proxy_request(ctx, *kind, req, keep_alive);
+      }
+    } else if (path.starts_with("/v1/models/") && path.size() > 11) {
+      if (method != http::verb::get && method != http::verb::head) {
+        co_await answer(not_allowed("GET", allow_get), 405, Reason::method_not_allowed);
+      } else {
+        const auto generation = gw.current();
+        const std::string id = decode_model_id(path.substr(11));
+        if (auto entry = model_json(*generation->config, id, generation->models_created))
+          co_await answer(simple_response(200, "application/json", *entry, keep_alive), 200, Reason::none);
+        else
+          co_await answer(error_response(api_error(404, fmt::format("The model `{}` does not exist.", truncate_echo(id)),
+                                                   "invalid_request_error", "model", "model_not_found"), keep_alive),
+                          404, Reason::unknown_model);
       }
     } else if (path == "/v1/models" || path == "/healthz" || path == "/readyz") {
       if (method != http::verb::get && method != http::verb::head) {

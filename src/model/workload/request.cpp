@@ -18,6 +18,7 @@ const char* WorkloadRequest::path() const {
     case ApiKind::chat: return "/v1/chat/completions";
     case ApiKind::completion: return "/v1/completions";
     case ApiKind::embedding: return "/v1/embeddings";
+    default: break;  // the workloads generate chat, completions and embeddings only
   }
   return "/v1/chat/completions";
 }

@@ -1,0 +1,64 @@
+"""The official openai npm SDK (tests/sdk/, installed by scripts/install-deps.sh) through a real gateway
+in front of real `sluice sim` replicas: responses.create non-streaming and streaming (deltas assembled,
+usage present), the responses.stream helper with previous_response_id, models.retrieve of a slashed id,
+chat.completions.create with n = 2 (two choices, usage counting both), an aborted streaming response,
+and the error object of an unknown model (tests/sdk/openai_sdk.mjs; one JSON line per check).
+
+Run: python3 test_openai_sdk.py --sluice path/to/sluice"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluice_fleet import MODEL, admin_metrics, metric, start_gateway, start_sim  # noqa: E402
+
+SLUICE = None
+ALIAS = "llama-3-8b"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SDK = os.path.join(ROOT, "tests", "sdk")
+
+
+class OpenAiSdk(unittest.TestCase):
+    def test_sdk_against_the_gateway(self):
+        node = shutil.which("node")
+        self.assertIsNotNone(node, "node is missing: scripts/install-deps.sh installs it")
+        self.assertTrue(os.path.isdir(os.path.join(SDK, "node_modules", "openai")),
+                        "tests/sdk/node_modules/openai is missing: run scripts/install-deps.sh")
+        tmp = tempfile.TemporaryDirectory()
+        sim, ports = start_sim(SLUICE, 2, "--time-scale", "20", "--output-len", "12", "--frontend-overhead-ms", "2")
+        try:
+            gw, port, admin = start_gateway(SLUICE, ports, tmp.name, extra_yaml=f"  - {{name: {ALIAS}, alias_of: {MODEL}}}")
+            try:
+                slow = 3 if os.environ.get("SLUICE_SANITIZED") == "1" else 1
+                p = subprocess.run([node, os.path.join(SDK, "openai_sdk.mjs"), f"http://127.0.0.1:{port}/v1", MODEL, ALIAS],
+                                   capture_output=True, text=True, timeout=60 * slow, cwd=SDK)
+                # The aborted stream reached the gateway as a client that left (and the engine was freed).
+                cancelled = metric(admin_metrics(admin), "sluice_requests_total", outcome="client_cancelled") or 0
+            finally:
+                gw.stop()
+        finally:
+            sim.stop()
+            tmp.cleanup()
+        lines = p.stdout.strip().splitlines()
+        checks = [json.loads(line) for line in lines if line.startswith("{")]
+        for c in checks:
+            print(f"\n    {c['check']}: {'ok ' + json.dumps(c.get('detail')) if c['ok'] else 'FAILED ' + c['error']}", end="")
+        print()
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(len(checks), 7, p.stdout + p.stderr)
+        self.assertTrue(all(c["ok"] for c in checks))
+        self.assertEqual(lines[-1], "7 passed, 0 failed")
+        self.assertGreaterEqual(cancelled, 1)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    args, rest = ap.parse_known_args()
+    SLUICE = os.path.abspath(args.sluice)
+    unittest.main(argv=[sys.argv[0], "-v"] + rest)
