@@ -97,7 +97,7 @@ def start_gateway(a, tmp, ports, kv, events):
     listen, admin = free_port(), free_port()
     eps = ""
     for i, p in enumerate(ports):
-        extra = f", kv_events: {kv[i][0]}, kv_events_replay: {kv[i][1]}" if events else ""
+        extra = f", kv_events: '{kv[i][0]}', kv_events_replay: '{kv[i][1]}'" if events else ""
         eps += f"      - {{address: 127.0.0.1:{p}, name: r{i}{extra}}}\n"
     cfg = os.path.join(tmp, f"gw-{listen}.yaml")
     with open(cfg, "w") as f:

@@ -38,6 +38,8 @@ void KvEventIndex::set_capacity(size_t e, int64_t blocks) {
 
 void KvEventIndex::clear_locked(size_t e) {
   blocks_.purge(e);
+  recent_[0].purge(e);
+  recent_[1].purge(e);
   eps_[e].own_of_engine.clear();
 }
 
@@ -120,6 +122,9 @@ void KvEventIndex::apply(size_t e, const kv::EventBatch& batch, int64_t seq, dou
         auto it = ep.own_of_engine.find(h);
         if (it == ep.own_of_engine.end()) continue;
         blocks_.forget(e, it->second);
+        // A recent dispatch of this block is stale now: the engine says it is gone.
+        recent_[0].forget(e, it->second);
+        recent_[1].forget(e, it->second);
         ep.own_of_engine.erase(it);
         ep.counters.removed_blocks += 1;
       }

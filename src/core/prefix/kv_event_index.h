@@ -21,7 +21,9 @@
 //
 // Recent dispatches. What the engine has not reported yet (a request dispatched 50 ms ago is still
 // prefilling) comes from the gateway's own dispatches of the last `recent_window` (default 2 s):
-// two generations of a small PrefixIndex over the same token-block keys, rotated every window.
+// two generations of a small PrefixIndex over the same token-block keys, rotated every window; a
+// BlockRemoved or a clear drops the block from them too (under KV pressure the engine evicts a
+// block within the window, and the recent entry would otherwise over-predict).
 // A fresh endpoint's prediction is max(events, recent); a stale one's is the learned index's
 // (PrefixTracker), and the source of each is reported (Source).
 //
