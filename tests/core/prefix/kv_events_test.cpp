@@ -163,8 +163,8 @@ TEST(KvEvents, SkipsAndCountsMalformedEventsKeepingTheRest) {
   // w = 0x92 <ts double 9 bytes> 0x91 <event>: take the event's bytes.
   const std::string ev = w.substr(1 + 9 + 1);
   std::string batch = std::string("\x92\xcb", 2) + std::string(8, '\0') + "\x95" + ev +
-                      std::string("\x92\xa4Nope\x01", 7) + std::string("\x81\xa4type\xabBlockStored", 18) +
-                      std::string("\x92\xacBlockRemoved\xa1x", 16) + ev;
+                      std::string("\x92\xa4Nope\x01", 7) + std::string("\x81\xa4type\xab" "BlockStored", 18) +
+                      std::string("\x92\xac" "BlockRemoved\xa1x", 16) + ev;
   EventBatch b;
   ASSERT_EQ(decode_event_batch(batch, b), "");
   EXPECT_EQ(b.events.size(), 2u);
