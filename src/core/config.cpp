@@ -65,7 +65,15 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
   if (n.IsScalar()) {
     e.address = parse_address(n, path);
   } else {
-    check_keys(n, path, {"address", "name", "engine", "metrics_path", "duty_cycle_url"});
+    check_keys(n, path, {"address", "name", "engine", "metrics_path", "duty_cycle_url", "kv_events", "kv_events_replay"});
+    for (const char* key : {"kv_events", "kv_events_replay"}) {
+      if (!n[key]) continue;
+      auto v = get<std::string>(n[key], path + "." + key, "tcp://host:port");
+      const auto colon = v.rfind(':');
+      if (!v.starts_with("tcp://") || colon == std::string::npos || colon < 6 || colon + 1 == v.size())
+        fail(path + "." + key, "expected tcp://host:port, got '" + v + "'");
+      (std::string_view(key) == "kv_events" ? e.kv_events : e.kv_events_replay) = std::move(v);
+    }
     if (!n["address"]) fail(path + ".address", "is required");
     e.address = parse_address(n["address"], path + ".address");
     if (n["name"]) e.name = get<std::string>(n["name"], path + ".name", "a string");
@@ -84,7 +92,8 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
 
 PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
   check_keys(n, path, {"name", "kind", "policy", "policy_params", "engine", "endpoints", "upstream", "scrape",
-                       "max_in_flight_per_endpoint", "saturation", "health", "outlier", "retry", "discovery"});
+                       "max_in_flight_per_endpoint", "saturation", "health", "outlier", "retry", "discovery",
+                       "kv_events"});
   PoolConfig p;
   if (!n["name"]) fail(path + ".name", "is required");
   p.name = get<std::string>(n["name"], path + ".name", "a string");
@@ -123,6 +132,31 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
       fail(fmt::format("{}.endpoints[{}]", path, i), "duplicate endpoint " + ep.address.str());
     p.endpoints.push_back(std::move(ep));
   }
+  if (const auto& k = n["kv_events"]) {
+    const auto kp = path + ".kv_events";
+    check_keys(k, kp, {"port", "replay_port", "offset_by_index", "topic", "stale_after_ms", "recent_window_ms",
+                       "replay_timeout_ms"});
+    if (k["port"]) p.kv_events.port = static_cast<uint16_t>(get_int(k["port"], kp + ".port", 1, 65535));
+    if (k["replay_port"])
+      p.kv_events.replay_port = static_cast<uint16_t>(get_int(k["replay_port"], kp + ".replay_port", 1, 65535));
+    if (k["offset_by_index"]) p.kv_events.offset_by_index = get<bool>(k["offset_by_index"], kp + ".offset_by_index", "true or false");
+    if (k["topic"]) p.kv_events.topic = get<std::string>(k["topic"], kp + ".topic", "a string");
+    if (k["stale_after_ms"]) p.kv_events.stale_after = get_ms(k["stale_after_ms"], kp + ".stale_after_ms");
+    if (k["recent_window_ms"]) p.kv_events.recent_window = get_ms(k["recent_window_ms"], kp + ".recent_window_ms");
+    if (k["replay_timeout_ms"]) p.kv_events.replay_timeout = get_ms(k["replay_timeout_ms"], kp + ".replay_timeout_ms");
+    for (size_t i = 0; i < p.endpoints.size(); ++i) {
+      auto& ep = p.endpoints[i];
+      const int off = p.kv_events.offset_by_index ? static_cast<int>(i) : 0;
+      auto addr = [&](uint16_t port) {
+        if (port + off > 65535) fail(kp, fmt::format("port {} + endpoint index {} is past 65535", port, off));
+        return fmt::format("tcp://{}:{}", ep.address.host.find(':') != std::string::npos ? "[" + ep.address.host + "]" : ep.address.host,
+                           port + off);
+      };
+      if (ep.kv_events.empty() && p.kv_events.port) ep.kv_events = addr(p.kv_events.port);
+      if (ep.kv_events_replay.empty() && p.kv_events.replay_port) ep.kv_events_replay = addr(p.kv_events.replay_port);
+    }
+  }
+  for (const auto& ep : p.endpoints) p.kv_events.enabled = p.kv_events.enabled || !ep.kv_events.empty();
   if (const auto& u = n["upstream"]) {
     const auto up = path + ".upstream";
     check_keys(u, up, {"max_connections_per_endpoint", "max_idle_per_endpoint", "idle_timeout_ms"});

@@ -38,6 +38,24 @@ struct EndpointConfig {
   EngineKind engine = EngineKind::vllm;
   std::string metrics_path = "/metrics";
   std::string duty_cycle_url;  // optional DCGM exporter URL; empty: read the engine's own gauge
+  // The engine's KV-event PUB socket and replay ROUTER (tcp://host:port; empty: none), from the
+  // endpoint's `kv_events:` / `kv_events_replay:` or the pool's `kv_events:` default.
+  std::string kv_events;
+  std::string kv_events_replay;
+};
+
+// Engine KV events (`kv_events:` per pool; core/prefix/kv_event_index.h). The pool default gives
+// every endpoint without its own address tcp://<endpoint host>:<port + i> (i = its index in the
+// list when offset_by_index, as vLLM offsets by data-parallel rank and `sluice sim` by replica).
+struct KvEventsConfig {
+  bool enabled = false;       // some endpoint has an events address
+  uint16_t port = 0;          // pool default; 0: none
+  uint16_t replay_port = 0;   // pool default; 0: none
+  bool offset_by_index = true;
+  std::string topic;          // subscription prefix; empty: every topic
+  Duration stale_after = std::chrono::seconds(2);
+  Duration recent_window = std::chrono::seconds(2);
+  Duration replay_timeout = std::chrono::milliseconds(500);
 };
 
 struct UpstreamLimits {
@@ -95,6 +113,7 @@ struct PoolConfig {
   // Endpoints from Kubernetes (`discovery: {kubernetes: ...}`): `endpoints` may then be empty;
   // the watch adds and removes them live (gateway/discovery/).
   std::optional<KubernetesDiscoveryConfig> discovery;
+  KvEventsConfig kv_events;
   // The pool's YAML as parsed (canonical dump): equal fingerprints mean an identical pool, which a
   // reload keeps running as it is (prefix index, signals, connections). Empty: never reused.
   std::string fingerprint;

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "gateway/observability/endpoint_metrics.h"
+#include "gateway/observability/kv_event_metrics.h"
 
 namespace sluice {
 
@@ -46,6 +47,7 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
   registry_.add_collector([this](std::string& out) {
     const auto gen = current();
     append_endpoint_metrics(out, gen->pools, now());
+    append_kv_event_metrics(out, gen->pools, now());
     gen->admission->render(out);
     PromWriter w(out);
     w.family("sluice_active_requests", "gauge", "Requests being served by the gateway.");

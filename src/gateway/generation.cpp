@@ -8,6 +8,7 @@
 #include "core/picker/policy_factory.h"
 #include "gateway/admission_driver.h"
 #include "gateway/signals/health_checker.h"
+#include "gateway/signals/kv_event_subscriber.h"
 #include "gateway/signals/scraper.h"
 
 namespace sluice {
@@ -17,7 +18,17 @@ std::atomic<uint64_t> next_runtime_id{1};
 }
 
 PoolRuntime::PoolRuntime(const PoolConfig& config, uint64_t id_, uint64_t seed, PoolSeries s)
-    : id(id_), router(config, make_policy(config, seed)), health(router), series(s) {}
+    : id(id_), router(config, make_policy(config, seed)), health(router), series(s) {
+  if (config.kv_events.enabled) {
+    KvEventIndex::Options o;
+    o.stale_after = config.kv_events.stale_after;
+    o.recent_window = config.kv_events.recent_window;
+    kv_index = std::make_shared<KvEventIndex>(config.endpoints.size(), o);
+    if (!router.attach_kv_events(kv_index))
+      spdlog::warn("pool {}: policy {} keeps no prefix index: kv_events are received but unused", config.name,
+                   config.policy);
+  }
+}
 
 PoolRuntime::~PoolRuntime() { retire(); }
 
@@ -26,8 +37,10 @@ void PoolRuntime::retire() {
   // io_context's thread, so a strand is never destroyed after its io_context.
   if (scrapers) scrapers->stop();
   if (checkers) checkers->stop();
+  if (kv_events) kv_events->stop();
   scrapers.reset();
   checkers.reset();
+  kv_events.reset();
 }
 
 std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> config, const Generation* previous,

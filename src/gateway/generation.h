@@ -27,6 +27,7 @@ namespace sluice {
 
 class Scrapers;
 class HealthCheckers;
+class KvEventSubscriber;
 struct AdmissionHost;
 
 struct PoolSeries {
@@ -53,6 +54,10 @@ class PoolRuntime {
   const PoolSeries series;
   std::shared_ptr<Scrapers> scrapers;        // set when the server starts its loops
   std::shared_ptr<HealthCheckers> checkers;
+  // Engine KV events (issue 15): the index the policy reads, set when the pool has events
+  // addresses; its subscriber thread is started with the other loops.
+  std::shared_ptr<KvEventIndex> kv_index;
+  std::shared_ptr<KvEventSubscriber> kv_events;
 };
 
 struct Generation {

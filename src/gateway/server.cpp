@@ -13,6 +13,7 @@
 #include "gateway/http/http_util.h"
 #include "gateway/reload.h"
 #include "gateway/signals/health_checker.h"
+#include "gateway/signals/kv_event_subscriber.h"
 #include "gateway/signals/scraper.h"
 #include "gateway/http/session.h"
 #include "gateway/http/body_budget.h"
@@ -159,6 +160,7 @@ void Server::start_loops(const std::shared_ptr<PoolRuntime>& pool) {
   auto& io = workers_.back()->io();
   pool->scrapers = start_scrapers(io, {&pool->router}, now, pool);
   pool->checkers = start_health_checkers(io, {&pool->health}, now, pool);
+  if (pool->kv_index) pool->kv_events = std::make_shared<KvEventSubscriber>(pool->config(), pool->kv_index, now);
 }
 
 int Server::run() {

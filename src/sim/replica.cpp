@@ -52,7 +52,16 @@ std::optional<std::string> Replica::listen() {
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return "cannot listen on " + cfg_.host + ":" + std::to_string(cfg_.port) + ": " + ec.message();
   port_ = acceptor_.local_endpoint().port();
+  if (cfg_.kv_events.enabled) {
+    kv_ = std::make_unique<KvPublisher>(io_, cfg_.kv_events, cfg_.index);
+    if (auto err = kv_->open()) return *err;
+    engine_.enable_kv_events(true);
+  }
   return std::nullopt;
+}
+
+void Replica::publish_kv_events() {
+  if (kv_) kv_->publish(engine_.take_kv_events());
 }
 
 void Replica::start() {
@@ -84,6 +93,7 @@ void Replica::stop() {
   }
   step_timer_.cancel();
   idle_timer_.cancel();
+  if (kv_) kv_->close();
 }
 
 void Replica::wake_step_loop() {
@@ -133,6 +143,7 @@ asio::awaitable<void> Replica::step_loop() {
     co_await step_timer_.async_wait(tuple_awaitable);
     if (stopped_) co_return;
     dispatch(engine_.end_step(planned_end));
+    publish_kv_events();  // the step's evictions (begin) and stores (end), in order
     duty_.record(planned_end, engine_.busy_time(planned_end));
   }
 }

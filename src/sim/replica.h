@@ -27,6 +27,7 @@
 #include "model/engine/output_length.h"
 #include "sim/duty_cycle.h"
 #include "sim/faults.h"
+#include "sim/kv_publisher.h"
 #include "sim/metrics_format.h"
 
 namespace sluice::sim {
@@ -44,6 +45,7 @@ struct ReplicaConfig {
   MetricsFlavor metrics_flavor = MetricsFlavor::vllm;
   FaultConfig faults;
   double exit_after_s = 0;  // fault: stop this replica after this many (real) seconds; 0 = never
+  KvEventsConfig kv_events;  // vLLM's --kv-events-config (ports offset by `index`)
   uint64_t seed = 1;
 };
 
@@ -57,6 +59,8 @@ class Replica {
   // Binds and listens; an error message on failure.
   std::optional<std::string> listen();
   uint16_t port() const { return port_; }
+  // The KV-event publisher (null unless kv_events.enabled), for its addresses.
+  const KvPublisher* kv_publisher() const { return kv_.get(); }
   // Starts accepting and stepping.
   void start();
   // Closes the listener and every connection, aborts every request.
@@ -84,6 +88,7 @@ class Replica {
   Time now() const;
   std::chrono::steady_clock::duration real(Duration engine_time) const;
   void wake_step_loop();
+  void publish_kv_events();
 
   boost::asio::io_context& io_;
   ReplicaConfig cfg_;
@@ -110,6 +115,7 @@ class Replica {
   // as vLLM keeps it in the replica's memory; the oldest dropped past kMaxStoredResponses.
   std::unordered_map<std::string, std::string> stored_responses_;
   std::deque<std::string> stored_order_;
+  std::unique_ptr<KvPublisher> kv_;
 };
 
 }  // namespace sluice::sim

@@ -155,6 +155,10 @@ asio::awaitable<void> Replica::session(tcp::socket sock) {
                            : path == "/v1/responses"      ? ApiKind::response
                                                           : ApiKind::embedding;
       keep_alive = co_await handle_generate(c, static_cast<int>(kind), req.body(), keep_alive);
+    } else if (post && path == "/reset_prefix_cache") {  // vLLM's: forget every cached block
+      engine_.reset_prefix_cache();
+      publish_kv_events();
+      keep_alive = co_await write_response(c.sock, http::status::ok, "", keep_alive, "text/plain");
     } else if (post && (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")) {
       auto [status, body] = handle_lora(path == "/v1/load_lora_adapter", req.body());
       keep_alive = co_await write_response(c.sock, static_cast<http::status>(status), std::move(body), keep_alive,

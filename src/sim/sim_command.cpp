@@ -43,6 +43,7 @@ struct SimFlags {
   bool fault_hang = false;
   double fault_exit_after = 0, fault_metrics_delay_ms = 1000;
   std::vector<int> fault_replicas;
+  std::string kv_events_config, kv_events_encoding = "maps";
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -97,6 +98,17 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
   for (int r : f.fault_replicas)
     if (r < 0 || r >= f.replicas) fail(fmt::format("--fault-replicas: no replica {}", r));
 
+  sim::KvEventsConfig kv;
+  if (!f.kv_events_config.empty()) {
+    std::string err;
+    auto parsed = sim::parse_kv_events_config(f.kv_events_config, err);
+    if (!parsed) fail(err);
+    kv = *parsed;
+  }
+  if (f.kv_events_encoding == "arrays") kv.encoding = kv::Encoding::arrays;
+  else if (f.kv_events_encoding == "maps") kv.encoding = kv::Encoding::maps;
+  else fail("--kv-events-encoding must be arrays or maps");
+
   std::vector<sim::ReplicaConfig> out;
   for (int i = 0; i < f.replicas; ++i) {
     sim::ReplicaConfig rc;
@@ -112,6 +124,7 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
     rc.frontend_overhead_ms = f.frontend_overhead_ms;
     rc.metrics_flavor = *flavor;
     rc.seed = f.seed * 7919 + static_cast<uint64_t>(i);
+    rc.kv_events = kv;
     const bool faulted =
         f.fault_replicas.empty() || std::find(f.fault_replicas.begin(), f.fault_replicas.end(), i) != f.fault_replicas.end();
     if (faulted) {
@@ -141,6 +154,9 @@ void run(const SimFlags& flags) {
     auto r = std::make_unique<sim::Replica>(io, rc);
     if (auto err = r->listen()) fail(fmt::format("replica {}: {}", rc.index, *err));
     std::printf("replica %d listening on %s:%u\n", rc.index, rc.host.c_str(), static_cast<unsigned>(r->port()));
+    if (const auto* kv = r->kv_publisher())
+      std::printf("replica %d kv events on %s replay %s\n", rc.index, kv->pub_address().c_str(),
+                  kv->replay_address().empty() ? "-" : kv->replay_address().c_str());
     replicas.push_back(std::move(r));
   }
   std::fflush(stdout);
@@ -193,6 +209,11 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--fault-exit-after", flags->fault_exit_after, "Stop the replica(s) after this many seconds");
   cmd->add_option("--fault-metrics", flags->fault_metrics, "ok|freeze|fail|slow")->capture_default_str();
   cmd->add_option("--fault-metrics-delay-ms", flags->fault_metrics_delay_ms, "Delay of --fault-metrics slow")
+      ->capture_default_str();
+  cmd->add_option("--kv-events-config", flags->kv_events_config,
+                  "vLLM's KV-event publisher JSON, e.g. {\"enable_kv_cache_events\":true,\"publisher\":\"zmq\","
+                  "\"endpoint\":\"tcp://*:5557\",\"replay_endpoint\":\"tcp://*:5558\",\"topic\":\"\"} (ports + replica index)");
+  cmd->add_option("--kv-events-encoding", flags->kv_events_encoding, "arrays (vLLM <= 0.25) | maps (>= 0.26)")
       ->capture_default_str();
   cmd->add_option("--fault-replicas", flags->fault_replicas, "Replicas the --fault-* flags apply to (default all)")
       ->delimiter(',');

@@ -70,6 +70,7 @@ std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
     views_.push_back(EndpointView{i, ep.config.name, is_stale(ep, now), &ep.signals, &ep.load});
   }
   if (views_.empty()) return out;
+  if (PrefixTracker* t = policy_->prefix_tracker()) t->at(now);
   policy_->rank(req, views_, now, out);
   // The hard in-flight cap is the gateway's own: an endpoint at it is saturated whatever it scores.
   for (auto& c : out)
@@ -102,6 +103,17 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   load.decode_tokens += g.decode_;
   load.assigned_since_scrape += 1;
   load.picks_total += 1;
+  if (PrefixTracker* t = policy_->prefix_tracker()) {
+    t->at(now);
+    if (t->events() && chosen.endpoint < t->sources().size()) {
+      // The source of this request's prediction: the last match(), normally this request's rank.
+      const auto src = static_cast<size_t>(t->sources()[chosen.endpoint]);
+      t->events()->count(chosen.endpoint, [&](KvEndpointCounters& c) {
+        c.prompt_tokens[src] += static_cast<uint64_t>(std::max<int64_t>(0, req.input_tokens));
+        c.predicted_tokens[src] += static_cast<uint64_t>(std::max<int64_t>(0, chosen.predicted_cached_tokens));
+      });
+    }
+  }
   policy_->on_dispatch(req, chosen.endpoint, now);
   return g;
 }
@@ -190,6 +202,14 @@ size_t PoolRouter::adopt_learned(const PoolRouter& old) {
   if (mine == nullptr || theirs == nullptr || mapped == 0) return 0;
   mine->adopt(*theirs, old_of_new);
   return mapped;
+}
+
+bool PoolRouter::attach_kv_events(std::shared_ptr<KvEventIndex> events) {
+  std::lock_guard lock(mu_);
+  PrefixTracker* t = policy_->prefix_tracker();
+  if (t == nullptr) return false;
+  t->attach_events(std::move(events));
+  return true;
 }
 
 PoolRouter::Occupancy PoolRouter::occupancy() const {
@@ -296,6 +316,8 @@ std::string PoolRouter::explain_json(const PickRequest& req, Time now) {
     append_number(out, c.score);
     out += fmt::format(",\"predicted_cached_tokens\":{},\"saturated\":{},\"stale\":{}", c.predicted_cached_tokens,
                        c.saturated, is_stale(ep, now));
+    if (const PrefixTracker* t = policy_->prefix_tracker(); t && c.endpoint < t->sources().size())
+      out += fmt::format(",\"prefix_source\":\"{}\"", KvEventIndex::to_string(t->sources()[c.endpoint]));
     out += fmt::format(",\"in_flight\":{},\"prefill_tokens\":{},\"assigned_since_scrape\":{}", ep.load.in_flight,
                        ep.load.prefill_tokens, ep.load.assigned_since_scrape);
     out += ",\"waiting\":";

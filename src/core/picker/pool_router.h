@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "core/picker/policy.h"
+#include "core/prefix/kv_event_index.h"
 
 namespace sluice {
 
@@ -101,6 +102,9 @@ class PoolRouter {
   // admission layer queues and sheds on this.
   bool saturated(Time now) const;
   std::vector<EndpointSnapshot> snapshot(Time now) const;
+  // Feeds the policy's prefix predictions from the engines' KV events (kv_event_index.h); false
+  // when the policy keeps no prefix index. Called before use.
+  bool attach_kv_events(std::shared_ptr<KvEventIndex> events);
 
   // Explains the ranking of `req` (without dispatching): the policy, and per healthy endpoint in
   // rank order its score, predicted cached tokens, saturation, staleness, the signals and load it

@@ -40,8 +40,10 @@ void PrefixTracker::sync(std::span<const EndpointView> endpoints) {
         reset(index_.endpoints());  // every hash was cut at the old block size
       }
     }
-    if (opts_.capacity_from_engine && s->kv_capacity_blocks > 0 && index_.capacity(v.index) != s->kv_capacity_blocks)
+    if (opts_.capacity_from_engine && s->kv_capacity_blocks > 0 && index_.capacity(v.index) != s->kv_capacity_blocks) {
       index_.set_capacity(v.index, s->kv_capacity_blocks);
+      if (events_) events_->set_capacity(v.index, 2 * s->kv_capacity_blocks);
+    }
   }
 }
 
@@ -55,6 +57,8 @@ std::span<const uint32_t> PrefixTracker::match(const PickRequest& req) {
   index_.match_text(req.text, block_chars(), PrefixIndex::seed(req.model, req.adapter, req.cache_salt),
                     opts_.max_blocks, matched_);
   request_blocks_ = std::min(req.text.size() / block_chars(), opts_.max_blocks);
+  sources_.assign(matched_.size(), KvEventIndex::Source::learned);
+  if (events_) events_->match(req.text, req.adapter, req.cache_salt, now_, matched_, sources_);
   return matched_;
 }
 
@@ -62,6 +66,7 @@ void PrefixTracker::learn(const PickRequest& req, size_t endpoint) {
   if (endpoint >= index_.endpoints()) index_.grow(endpoint + 1);
   hash(req);
   index_.learn(endpoint, blocks_);
+  if (events_) events_->note_dispatch(endpoint, req.text, req.adapter, req.cache_salt, now_);
 }
 
 int64_t PrefixTracker::cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const {

@@ -4,10 +4,17 @@
 // capacity in blocks bounds each endpoint's LRU), hashes a request once per pick, and converts
 // matched blocks into predicted cached tokens (blocks x block_size, at most the input tokens).
 // Block size before any scrape: 16 tokens = 64 characters.
+// With engine KV events attached (attach_events, core/prefix/kv_event_index.h), match() takes each
+// endpoint whose events are fresh from the event index (plus the recent dispatches) and keeps the
+// learned index only for the others; sources() says which one each prediction came from. The
+// driver tells the tracker the time of the pick (at()) before ranking and dispatching.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
+
+#include "core/prefix/kv_event_index.h"
 
 #include "core/picker/policy.h"
 #include "core/prefix/prefix_index.h"
@@ -41,6 +48,12 @@ class PrefixTracker {
   size_t request_blocks() const { return request_blocks_; }  // of the last match()
   const PrefixIndex& index() const { return index_; }
 
+  void attach_events(std::shared_ptr<KvEventIndex> events) { events_ = std::move(events); }
+  const std::shared_ptr<KvEventIndex>& events() const { return events_; }
+  void at(Time now) { now_ = now; }
+  // Per endpoint, the source of the last match() (all `learned` without events).
+  std::span<const KvEventIndex::Source> sources() const { return sources_; }
+
  private:
   void hash(const PickRequest& req);
 
@@ -50,6 +63,9 @@ class PrefixTracker {
   std::vector<uint64_t> blocks_;
   std::vector<uint32_t> matched_;
   size_t request_blocks_ = 0;
+  std::shared_ptr<KvEventIndex> events_;
+  Time now_{};
+  std::vector<KvEventIndex::Source> sources_;
 };
 
 }  // namespace sluice

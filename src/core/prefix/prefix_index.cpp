@@ -197,6 +197,16 @@ void PrefixIndex::remove_node(uint32_t n) {
 
 // ---- learning and matching ---------------------------------------------------------------
 
+bool PrefixIndex::forget(size_t endpoint, uint64_t hash) {
+  if (endpoint >= lrus_.size()) return false;
+  const size_t si = find_slot(hash);
+  if (si == slots_.size()) return false;
+  const uint32_t node = find_node(si, endpoint);
+  if (node == kNil) return false;
+  remove_node(node);
+  return true;
+}
+
 void PrefixIndex::learn(size_t endpoint, std::span<const uint64_t> blocks) {
   if (endpoint >= lrus_.size()) return;
   const size_t n = std::min<size_t>(blocks.size(), static_cast<size_t>(lrus_[endpoint].capacity));

@@ -66,6 +66,8 @@ class PrefixIndex {
   // Endpoint `e` was sent a request with these blocks: it will hold them (most recent first).
   void learn(size_t endpoint, std::span<const uint64_t> blocks);
   void purge(size_t endpoint);
+  // Endpoint `e` no longer holds block `hash` (an engine's BlockRemoved). False if it did not.
+  bool forget(size_t endpoint, uint64_t hash);
   // The block hashes endpoint holds, most recent first (learn() takes them back in that order).
   std::vector<uint64_t> blocks_of(size_t endpoint) const;
 

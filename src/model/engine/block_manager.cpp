@@ -79,6 +79,14 @@ BlockId BlockManager::pop_free_head() {
     if (it != cached_.end() && it->second == b) cached_.erase(it);
     blk.has_hash = false;
     ++evictions_;
+    if (events_on_) {
+      auto* last = events_.empty() ? nullptr : std::get_if<kv::BlockRemoved>(&events_.back());
+      if (!last) {
+        events_.emplace_back(kv::BlockRemoved{{}, "GPU"});
+        last = std::get_if<kv::BlockRemoved>(&events_.back());
+      }
+      last->block_hashes.push_back(blk.hash);
+    }
   }
   return b;
 }
@@ -122,13 +130,37 @@ bool BlockManager::allocate_slots(std::vector<BlockId>& blocks, std::span<const 
   return true;
 }
 
-void BlockManager::cache_block(BlockId block, BlockHash h) {
-  if (!prefix_caching_) return;
+bool BlockManager::cache_block(BlockId block, BlockHash h, const StoredInfo* info) {
+  if (!prefix_caching_) return false;
   Block& blk = blocks_[static_cast<size_t>(block)];
-  if (blk.has_hash) return;
-  if (!cached_.emplace(h, block).second) return;  // an identical block is already cached
+  if (blk.has_hash) return false;
+  if (!cached_.emplace(h, block).second) return false;  // an identical block is already cached
   blk.has_hash = true;
   blk.hash = h;
+  if (events_on_ && info) {
+    // Extend the last event when this block continues its chain (same adapter and salt).
+    auto* last = events_.empty() ? nullptr : std::get_if<kv::BlockStored>(&events_.back());
+    if (!last || !info->parent || last->block_hashes.back() != *info->parent || last->lora_name != info->lora_name ||
+        last->cache_salt != info->cache_salt) {
+      kv::BlockStored ev;
+      ev.parent_block_hash = info->parent;
+      ev.block_size = block_size_;
+      ev.medium = "GPU";
+      ev.lora_name.assign(info->lora_name);
+      ev.cache_salt.assign(info->cache_salt);
+      events_.emplace_back(std::move(ev));
+      last = std::get_if<kv::BlockStored>(&events_.back());
+    }
+    last->block_hashes.push_back(h);
+    last->token_ids.insert(last->token_ids.end(), info->tokens.begin(), info->tokens.end());
+  }
+  return true;
+}
+
+void BlockManager::reset_prefix_cache() {
+  for (auto& blk : blocks_) blk.has_hash = false;
+  cached_.clear();
+  if (events_on_) events_.emplace_back(kv::AllBlocksCleared{});
 }
 
 void BlockManager::release(std::vector<BlockId>& blocks) {

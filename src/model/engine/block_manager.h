@@ -8,13 +8,20 @@
 //   free queue; new blocks are taken from its head, evicting the least recently freed cached block.
 // - A request's blocks are freed last-block-first, so the tail of a prompt is evicted before its head.
 // - Blocks are reference-counted: requests sharing a cached prefix share its blocks.
+// - KV-cache events (enable_events): every block newly cached (BlockStored, consecutive blocks of
+//   one chain merged into one event, as vLLM does per request and step), every cached block evicted
+//   (BlockRemoved) and reset_prefix_cache (AllBlocksCleared) are logged in order, in vLLM's types
+//   (core/prefix/kv_events.h), for a publisher to take (take_events). Off: nothing is logged.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "core/prefix/kv_events.h"
 #include "model/engine/tokenizer.h"
 
 namespace sluice::engine {
@@ -43,9 +50,22 @@ class BlockManager {
   bool allocate_slots(std::vector<BlockId>& blocks, std::span<const BlockHash> hashes, int64_t num_cached,
                       int64_t num_tokens);
 
+  // What a BlockStored event says of a newly cached block (events only).
+  struct StoredInfo {
+    std::optional<BlockHash> parent;   // nil for a chain's first block
+    std::span<const TokenId> tokens;   // the block's token ids
+    std::string_view lora_name, cache_salt;
+  };
   // Records that `block` now holds the computed full block with hash `h` (no-op if caching is off
-  // or another block already holds `h`).
-  void cache_block(BlockId block, BlockHash h);
+  // or another block already holds `h`). True when it was newly cached.
+  bool cache_block(BlockId block, BlockHash h, const StoredInfo* info = nullptr);
+
+  // Forgets every cached hash (vLLM's reset_prefix_cache); logs AllBlocksCleared.
+  void reset_prefix_cache();
+  void enable_events(bool on) { events_on_ = on; }
+  bool events_enabled() const { return events_on_; }
+  // The events logged since the last call, in order.
+  std::vector<kv::Event> take_events() { return std::exchange(events_, {}); }
 
   // Drops the request's references, last block first, and clears `blocks`.
   void release(std::vector<BlockId>& blocks);
@@ -79,6 +99,8 @@ class BlockManager {
   int block_size_;
   bool prefix_caching_;
   int64_t evictions_ = 0;
+  bool events_on_ = false;
+  std::vector<kv::Event> events_;
 };
 
 }  // namespace sluice::engine

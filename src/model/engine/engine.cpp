@@ -61,6 +61,7 @@ struct Engine::Request {
   int64_t priority = 0;
   int64_t seq = 0;
   std::string adapter;
+  std::string cache_salt;
   bool embedding = false;
   uint64_t extra_keys = 0;
   std::vector<BlockHash> hashes;  // of every full block of `tokens`
@@ -110,6 +111,7 @@ SubmitError Engine::submit(EngineRequest req, Time now) {
   r->queued = now;
   if (!embedding) {
     r->extra_keys = extra_keys_hash(r->adapter, req.cache_salt);
+    r->cache_salt = req.cache_salt;
     extend_block_hashes(r->tokens, r->extra_keys, cfg_.block_size, r->hashes);
   }
   Request* raw = r.get();
@@ -162,7 +164,17 @@ void Engine::register_full_blocks(Request* r) {
   const size_t bs = static_cast<size_t>(cfg_.block_size);
   while (r->registered < r->hashes.size() && r->registered < r->blocks.size() &&
          (r->registered + 1) * bs <= static_cast<size_t>(r->num_computed)) {
-    blocks_.cache_block(r->blocks[r->registered], r->hashes[r->registered]);
+    if (blocks_.events_enabled()) {
+      const size_t i = r->registered;
+      BlockManager::StoredInfo info;
+      if (i > 0) info.parent = r->hashes[i - 1];
+      info.tokens = std::span<const TokenId>(r->tokens).subspan(i * bs, bs);
+      info.lora_name = r->adapter;
+      info.cache_salt = r->cache_salt;
+      blocks_.cache_block(r->blocks[i], r->hashes[i], &info);
+    } else {
+      blocks_.cache_block(r->blocks[r->registered], r->hashes[r->registered]);
+    }
     ++r->registered;
   }
 }

@@ -161,6 +161,10 @@ class Engine {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   const BlockManager& blocks() const { return blocks_; }
+  // KV-cache events (BlockManager): on for a publisher; take them after every step.
+  void enable_kv_events(bool on) { blocks_.enable_events(on); }
+  std::vector<kv::Event> take_kv_events() { return blocks_.take_events(); }
+  void reset_prefix_cache() { blocks_.reset_prefix_cache(); }
   const EngineConfig& config() const { return cfg_; }
   const CostModel& cost_model() const { return cost_; }
 

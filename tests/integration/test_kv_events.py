@@ -1,0 +1,292 @@
+"""Engine KV events (issue 15), real processes over loopback:
+- wire: `sluice sim --kv-events-config` publishes [topic, seq, msgpack EventBatch] that Debian's
+  python3-zmq + python3-msgpack decode as vLLM's consumers do, in both encodings, and its replay
+  ROUTER answers a DEALER with the buffered batches then the end marker;
+- the gateway subscribes per endpoint, its index fills from the events (/debug/pick says
+  prefix_source "events" with cached tokens on the replica that served the prompt), and an engine
+  restart clears that endpoint's blocks within a second;
+- a hostile publisher (a pyzmq PUB peer) sending garbage, truncated and wrong-shaped frames, a bad
+  sequence frame and a sequence jump is counted, never crashes the gateway, never stalls routing;
+  its one well-formed batch is decoded and indexed.
+Needs /usr/bin/python3 (Debian's zmq and msgpack modules): re-executes itself with it."""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import msgpack
+    import zmq
+except ImportError:
+    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    raise
+
+import sluice_fleet as fleet
+
+SLUICE = None
+SLOW = 3 if os.environ.get("SLUICE_SANITIZED") == "1" else 1
+KV_CFG = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:*",
+          "replay_endpoint": "tcp://127.0.0.1:*", "topic": "kv@sim@m"}
+PROMPT = "You are the sluice KV-event test oracle; answer briefly and precisely. " * 12
+
+
+def start_kv_sim(replicas, encoding, cfg=KV_CFG, base_port=0):
+    """A sim with events; returns (proc, http ports, [(pub, replay)] addresses)."""
+    sim = fleet.Proc([SLUICE, "sim", "--replicas", str(replicas), "--base-port", str(base_port), "--seed", "7",
+                      "--kv-events-config", json.dumps(cfg), "--kv-events-encoding", encoding,
+                      "--output-len", "4"], "sim")
+    ports, kv = [], []
+    deadline = time.time() + 30
+    while len(kv) < replicas and time.time() < deadline:
+        line = sim.p.stdout.readline()
+        if not line:
+            break
+        if "listening on" in line:
+            ports.append(int(line.rsplit(":", 1)[1]))
+        elif "kv events on" in line:
+            parts = line.split()
+            kv.append((parts[5], parts[7]))
+    if len(kv) < replicas:
+        sim.stop()
+        raise RuntimeError("sim did not report its kv addresses: " + "".join(sim.err[-10:]))
+    return sim, ports, kv
+
+
+def completion(port, prompt, max_tokens=4):
+    body = json.dumps({"model": fleet.MODEL, "prompt": prompt, "max_tokens": max_tokens})
+    return fleet.http_req(port, "POST", "/v1/completions", body, timeout=30)
+
+
+def chat_body(prompt):
+    return json.dumps({"model": fleet.MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]})
+
+
+def wait_for(cond, timeout, step=0.05):
+    deadline = time.time() + timeout * SLOW
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    return cond()
+
+
+class Wire(unittest.TestCase):
+    def check_encoding(self, encoding):
+        sim, ports, kv = start_kv_sim(1, encoding)
+        ctx = zmq.Context()
+        try:
+            sub = ctx.socket(zmq.SUB)
+            sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+            sub.connect(kv[0][0])
+            time.sleep(0.3 * SLOW)  # the subscription reaches the publisher (PUB drops before that)
+            status, raw = completion(ports[0], PROMPT)
+            self.assertEqual(status, 200, raw)
+            self.assertTrue(sub.poll(5000 * SLOW), "no KV event published")
+            topic, seq, payload = sub.recv_multipart()
+            self.assertEqual(topic, b"kv@sim@m")
+            self.assertEqual(len(seq), 8)
+            batch = msgpack.unpackb(payload, raw=False)
+            if encoding == "arrays":
+                self.assertIsInstance(batch, list)
+                ts, events, rank = batch
+                ev = events[0]
+                self.assertEqual(ev[0], "BlockStored")
+                hashes, parent, tokens, block_size, lora_id, medium, lora_name = ev[1:8]
+            else:
+                self.assertIsInstance(batch, dict)
+                ts, events, rank = batch["ts"], batch["events"], batch["data_parallel_rank"]
+                ev = events[0]
+                self.assertEqual(ev["type"], "BlockStored")
+                hashes, parent, tokens = ev["block_hashes"], ev["parent_block_hash"], ev["token_ids"]
+                block_size, medium, lora_name = ev["block_size"], ev["medium"], ev["lora_name"]
+                self.assertNotIn("extra_keys", ev)  # omitted at its default, as msgspec does
+            self.assertAlmostEqual(ts, time.time(), delta=30)
+            self.assertEqual(rank, 0)
+            self.assertEqual(block_size, 16)
+            self.assertIsNone(parent)  # the prompt's first block starts the chain
+            self.assertEqual(medium, "GPU")
+            self.assertIsNone(lora_name)
+            self.assertGreaterEqual(len(hashes), (len(PROMPT) // 4) // 16 - 1)
+            self.assertEqual(len(tokens), 16 * len(hashes))
+            self.assertTrue(all(isinstance(t, int) and 0 <= t < 128000 for t in tokens))
+            # Replay: a DEALER asks from seq 0 and gets every buffered batch, then [-1, b""].
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.connect(kv[0][1])
+            dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+            got = []
+            while True:
+                self.assertTrue(dealer.poll(5000 * SLOW), "replay did not answer")
+                empty, s, p = dealer.recv_multipart()
+                self.assertEqual(empty, b"")
+                if int.from_bytes(s, "big", signed=True) == -1:
+                    self.assertEqual(p, b"")
+                    break
+                got.append(int.from_bytes(s, "big"))
+                msgpack.unpackb(p, raw=False)
+            self.assertEqual(got[0], 0)
+            self.assertEqual(got, list(range(len(got))))
+            self.assertIn(int.from_bytes(seq, "big"), got)
+            # A malformed replay request is ignored; the socket still serves the next one.
+            dealer.send_multipart([b"", b"short"])
+            dealer.send_multipart([b"", (10 ** 6).to_bytes(8, "big")])
+            self.assertTrue(dealer.poll(5000 * SLOW))
+            empty, s, p = dealer.recv_multipart()
+            self.assertEqual(int.from_bytes(s, "big", signed=True), -1)
+            # reset_prefix_cache publishes AllBlocksCleared.
+            self.assertEqual(fleet.http_req(ports[0], "POST", "/reset_prefix_cache")[0], 200)
+            self.assertTrue(sub.poll(5000 * SLOW))
+            cleared = msgpack.unpackb(sub.recv_multipart()[2], raw=False)
+            ev = cleared[1][0] if encoding == "arrays" else cleared["events"][0]
+            self.assertEqual(ev, ["AllBlocksCleared"] if encoding == "arrays" else {"type": "AllBlocksCleared"})
+        finally:
+            ctx.destroy(linger=0)
+            sim.stop()
+
+    def test_arrays_encoding(self):
+        self.check_encoding("arrays")
+
+    def test_maps_encoding(self):
+        self.check_encoding("maps")
+
+
+class Gateway(unittest.TestCase):
+    def test_index_from_events_restart_and_hostile_publisher(self):
+        tmp = tempfile.TemporaryDirectory()
+        ctx = zmq.Context()
+        procs = []
+        try:
+            # Two replicas in their own sim processes (one restarts) on fixed ports picked free.
+            p0, p1 = fleet.free_port(), fleet.free_port()
+            ev1, rp1 = fleet.free_port(), fleet.free_port()
+            sim0, ports0, kv0 = start_kv_sim(1, "maps", base_port=p0)
+            # Fixed ports must bind: vLLM's rule binds an address with a wildcard or "::" (else it
+            # connects), so the restartable replica publishes on IPv6 loopback.
+            cfg1 = dict(KV_CFG, endpoint=f"tcp://[::1]:{ev1}", replay_endpoint=f"tcp://[::1]:{rp1}")
+            sim1, ports1, kv1 = start_kv_sim(1, "arrays", cfg=cfg1, base_port=p1)
+            procs += [sim0, sim1]
+            # A hostile publisher, as a third endpoint's events (its HTTP side is replica 0's port
+            # under another name is not allowed: duplicate addresses): a third sim, events elsewhere.
+            sim2, ports2 = fleet.start_sim(SLUICE, 1)
+            procs.append(sim2)
+            bad = ctx.socket(zmq.PUB)
+            bad_port = bad.bind_to_random_port("tcp://127.0.0.1")
+            extra_eps = [
+                f"kv_events: '{kv0[0][0]}', kv_events_replay: '{kv0[0][1]}'",
+                f"kv_events: 'tcp://[::1]:{ev1}', kv_events_replay: 'tcp://[::1]:{rp1}'",
+                f"kv_events: 'tcp://127.0.0.1:{bad_port}'",
+            ]
+            listen, admin = fleet.free_port(), fleet.free_port()
+            eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}, {x}}}"
+                            for i, (p, x) in enumerate(zip([ports0[0], ports1[0], ports2[0]], extra_eps)))
+            cfg = os.path.join(tmp.name, "sluice.yaml")
+            with open(cfg, "w") as f:
+                f.write(f"""listen: 127.0.0.1:{listen}
+admin: 127.0.0.1:{admin}
+workers: 2
+pools:
+  - name: chat
+    kind: chat
+    endpoints:
+{eps}
+    scrape: {{interval_ms: 50, stale_after_ms: 500}}
+    kv_events: {{stale_after_ms: 2000}}
+models:
+  - {{name: {fleet.MODEL}, pool: chat}}
+""")
+            gw = fleet.Proc([SLUICE, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
+            procs.append(gw)
+            self.assertTrue(wait_for(lambda: self._up(admin) or gw.p.poll() is not None, 30) and gw.p.poll() is None,
+                            "".join(gw.err[-10:]))
+
+            def m(name, **labels):
+                return fleet.metric(fleet.admin_metrics(admin), name, pool="chat", **labels)
+
+            self.assertTrue(wait_for(lambda: m("sluice_kv_events_connected", endpoint="replica-0") == 1
+                                     and m("sluice_kv_events_connected", endpoint="replica-1") == 1, 10))
+            # Serve one prompt per real replica directly (traffic from "another client"): the
+            # gateway learns it only from the events.
+            for port, tag in ((ports0[0], "zero"), (ports1[0], "one")):
+                self.assertEqual(completion(port, f"[{tag}] " + PROMPT)[0], 200)
+            self.assertTrue(wait_for(lambda: (m("sluice_kv_index_blocks", endpoint="replica-0") or 0) > 0
+                                     and (m("sluice_kv_index_blocks", endpoint="replica-1") or 0) > 0, 5))
+            for tag, want in (("zero", "replica-0"), ("one", "replica-1")):
+                status, raw = fleet.http_req(admin, "POST", "/debug/pick",
+                                             json.dumps({"model": fleet.MODEL, "prompt": f"[{tag}] " + PROMPT}))
+                self.assertEqual(status, 200, raw)
+                # The prediction (not the ranking: the policy also prices the replica's running
+                # decode) comes from the events: cached tokens on the replica that served it only.
+                for c in json.loads(raw)["candidates"]:
+                    self.assertEqual(c["prefix_source"], "events", raw)
+                    if c["endpoint"] == want:
+                        self.assertGreaterEqual(c["predicted_cached_tokens"], 16 * ((len(PROMPT) // 4) // 16 - 1), raw)
+                    else:
+                        self.assertEqual(c["predicted_cached_tokens"], 0, raw)
+
+            # The hostile publisher: garbage of every kind, then one good batch, then a jump.
+            def send(*frames):
+                bad.send_multipart(list(frames))
+            seq = lambda n: n.to_bytes(8, "big")
+            good = msgpack.packb({"ts": time.time(), "events": [
+                {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
+                 "token_ids": list(range(32)), "block_size": 16, "lora_id": None, "medium": "GPU",
+                 "lora_name": None}], "data_parallel_rank": 0})
+            self.assertTrue(wait_for(lambda: m("sluice_kv_events_connected", endpoint="replica-2") == 1, 10))
+            time.sleep(0.3 * SLOW)  # the gateway's subscription reaches our PUB
+            send(b"only-one-frame")
+            send(b"t", b"short")
+            send(b"t", seq(0), b"\xc1\xc1 not msgpack")
+            send(b"t", seq(1), good[: len(good) // 2])            # truncated
+            send(b"t", seq(2), msgpack.packb(["BlockStored", 1]))  # wrong shape
+            send(b"t", seq(3), msgpack.packb({"ts": "x", "events": 5}))
+            send(b"t", seq(4), os.urandom(200))
+            send(b"t", seq(5), good)
+            send(b"t", seq(50), good)                              # a jump: no replay socket -> resync
+            self.assertTrue(wait_for(lambda: (m("sluice_kv_events_decode_errors_total", endpoint="replica-2") or 0) >= 6
+                                     and (m("sluice_kv_events_gaps_total", endpoint="replica-2") or 0) >= 1, 5),
+                            fleet.admin_metrics(admin))
+            self.assertGreaterEqual(m("sluice_kv_events_resyncs_total", endpoint="replica-2"), 1)
+            self.assertEqual(m("sluice_kv_events_last_seq", endpoint="replica-2"), 50)
+            self.assertEqual(m("sluice_kv_index_blocks", endpoint="replica-2"), 2)  # the good batch, decoded
+            # Routing never stalled: requests through the gateway all succeed.
+            for i in range(6):
+                status, raw = fleet.http_req(listen, "POST", "/v1/chat/completions", chat_body(f"q{i} " + PROMPT), 30)
+                self.assertEqual(status, 200, raw)
+            self.assertIsNone(gw.p.poll())
+
+            # Restart engine 1: its blocks leave the gateway's index within a second of the restart.
+            self.assertGreater(m("sluice_kv_index_blocks", endpoint="replica-1"), 0)
+            reconnects = m("sluice_kv_events_reconnects_total", endpoint="replica-1")
+            sim1.stop()
+            sim1b, _, _ = start_kv_sim(1, "arrays", cfg=cfg1, base_port=p1)
+            procs.append(sim1b)
+            t0 = time.time()
+            self.assertTrue(wait_for(lambda: m("sluice_kv_events_reconnects_total", endpoint="replica-1") > reconnects
+                                     and m("sluice_kv_index_blocks", endpoint="replica-1") == 0, 1.0, 0.02),
+                            fleet.admin_metrics(admin))
+            self.assertLess(time.time() - t0, 1.0 * SLOW)
+            self.assertGreater(m("sluice_kv_index_memory_bytes"), 0)
+        finally:
+            ctx.destroy(linger=0)
+            for p in reversed(procs):
+                p.stop()
+            tmp.cleanup()
+
+    @staticmethod
+    def _up(admin):
+        try:
+            return fleet.http_req(admin, "GET", "/metrics")[0] == 200
+        except OSError:
+            return False
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    args, rest = ap.parse_known_args()
+    SLUICE = args.sluice
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
