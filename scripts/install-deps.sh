@@ -17,6 +17,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpuck-dev libhiredis-dev redis-server
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   python3-zmq python3-msgpack python3-redis python3-grpcio python3-protobuf
+  # deployment checks (tests/integration/test_deploy.py): YAML of the Kubernetes manifests
+  python3-yaml
 )
 
 missing=()
@@ -44,3 +46,14 @@ fi
 # The dashboard's static assets (web/dist, embedded into the sluice binary at build time):
 # npm ci in web/ only when its package-lock.json changed, then a copy. Quiet when up to date.
 "$(cd "$(dirname "$0")" && pwd)/build-web.sh"
+
+# The official OpenAI Node SDK for the TLS test (tests/integration/test_tls.py): npm ci only when
+# its package-lock.json changed since the last install.
+sdk="$(cd "$(dirname "$0")/.." && pwd)/tests/integration/openai_sdk"
+sdk_stamp="$sdk/node_modules/.sluice-lock.sha256"
+sdk_want=$(sha256sum "$sdk/package-lock.json" | cut -d' ' -f1)
+if [ ! -f "$sdk_stamp" ] || [ "$(cat "$sdk_stamp")" != "$sdk_want" ]; then
+  echo "install-deps: npm ci in tests/integration/openai_sdk"
+  (cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$sdk_want" > "$sdk_stamp"
+fi

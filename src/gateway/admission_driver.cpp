@@ -364,6 +364,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   w->executor = executor;
   w->pool = in.route.pool;
   w->priority = effective_priority(tenant.priority, priority);
+  result.priority = w->priority;
 
   const bool embedding = in.request.kind == ApiKind::embedding;
   const int64_t input = estimate_tokens(in.request.rendered);
