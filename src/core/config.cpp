@@ -91,7 +91,8 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
   if (n.IsScalar()) {
     e.address = parse_endpoint_address(n, path, &e.tls.enabled);
   } else {
-    check_keys(n, path, {"address", "name", "engine", "metrics_path", "duty_cycle_url", "upstream_auth", "upstream_tls"});
+    check_keys(n, path, {"address", "name", "engine", "metrics_path", "duty_cycle_url", "duty_cycle_gpus", "upstream_auth",
+                         "upstream_tls"});
     if (n["upstream_tls"]) parse_tls_client(n["upstream_tls"], path + ".upstream_tls", e.tls);
     if (n["upstream_auth"]) e.authorization = parse_upstream_auth(n["upstream_auth"], path + ".upstream_auth");
     if (!n["address"]) fail(path + ".address", "is required");
@@ -104,6 +105,12 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
       e.duty_cycle_url = get<std::string>(n["duty_cycle_url"], path + ".duty_cycle_url", "a URL");
       std::string error;
       if (!parse_http_url(e.duty_cycle_url, error)) fail(path + ".duty_cycle_url", error);
+    }
+    if (const auto& g = n["duty_cycle_gpus"]) {
+      const auto gp = path + ".duty_cycle_gpus";
+      if (!g.IsSequence() || g.size() == 0) fail(gp, "expected a list of GPU indices (the exporter's gpu label), e.g. [0, 1]");
+      for (size_t i = 0; i < g.size(); ++i) e.duty_cycle_gpus.push_back(get<std::string>(g[i], fmt::format("{}[{}]", gp, i), "a GPU index"));
+      if (e.duty_cycle_url.empty()) fail(gp, "needs duty_cycle_url (the DCGM exporter to read them from)");
     }
   }
   if (e.name.empty()) e.name = e.address.str();

@@ -51,6 +51,9 @@ struct EndpointConfig {
   EngineKind engine = EngineKind::vllm;
   std::string metrics_path = "/metrics";
   std::string duty_cycle_url;  // optional DCGM exporter URL; empty: read the engine's own gauge
+  // The exporter's `gpu` label values that are this endpoint's GPUs (averaged); empty: every GPU
+  // the exporter reports (one exporter per node serves several engines' GPUs).
+  std::vector<std::string> duty_cycle_gpus;
   // Authorization sent to this engine ("Bearer <key>", from upstream_auth; core/upstream_auth.h);
   // empty: none. Never logged.
   std::string authorization;

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "core/picker/engine_metrics.h"
 #include "core/picker/policy_factory.h"
+#include "core/prom_text.h"
 
 namespace sluice {
 namespace {
@@ -153,6 +155,25 @@ TEST(ConfigValidate, AKeyGivenTwiceIsAnError) {
                 .rfind("pools[0].policy: duplicate key", 0),
             0u);
   EXPECT_EQ(only_error(pool("") + kModels + "workers: 2\nworkers: 3\n").rfind("workers: duplicate key", 0), 0u);
+}
+
+TEST(ConfigValidate, DutyCycleGpusSelectAnEndpointsGpusOnANodesExporter) {
+  auto v = validate_config_text(
+      pool("", "[{address: '127.0.0.1:1', duty_cycle_url: 'http://127.0.0.1:9400/metrics', duty_cycle_gpus: [2, 3]}]") + kModels);
+  ASSERT_TRUE(v.ok()) << ::testing::PrintToString(v.errors);
+  const auto& gpus = v.config->pools[0].endpoints[0].duty_cycle_gpus;
+  ASSERT_EQ(gpus, (std::vector<std::string>{"2", "3"}));
+  const auto text = parse_prom_text(
+      "DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu=\"0\",UUID=\"a\"} 0.1\n"
+      "DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu=\"1\",UUID=\"b\"} 0.1\n"
+      "DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu=\"2\",UUID=\"c\"} 0.9\n"
+      "DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu=\"3\",UUID=\"d\"} 0.7\n");
+  EXPECT_NEAR(*map_duty_cycle(text, gpus), 0.8, 1e-9);   // this endpoint's two GPUs
+  EXPECT_NEAR(*map_duty_cycle(text), 0.45, 1e-9);        // every GPU on the node
+  EXPECT_FALSE(map_duty_cycle(text, {"7"}).has_value());  // none of its GPUs reported: unknown, not 0
+  EXPECT_NE(only_error(pool("", "[{address: '127.0.0.1:1', duty_cycle_gpus: [0]}]") + kModels)
+                .find("pools[0].endpoints[0].duty_cycle_gpus: needs duty_cycle_url"),
+            std::string::npos);
 }
 
 TEST(ConfigValidate, KeyHashErrorsNameTheYamlKey) {
