@@ -17,6 +17,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpuck-dev libhiredis-dev redis-server
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   python3-zmq python3-msgpack python3-redis python3-grpcio python3-protobuf
+  # deployment checks (tests/integration/test_deploy.py): YAML of the Kubernetes manifests
+  python3-yaml
 )
 
 missing=()
@@ -48,3 +50,13 @@ fi
 # The official openai npm SDK for tests/integration/test_openai_sdk.py (npm ci in tests/sdk/ when
 # its package-lock.json changed).
 "$(cd "$(dirname "$0")" && pwd)/install-sdk-tests.sh"
+# The official OpenAI Node SDK for the TLS test (tests/integration/test_tls.py): npm ci only when
+# its package-lock.json changed since the last install.
+sdk="$(cd "$(dirname "$0")/.." && pwd)/tests/integration/openai_sdk"
+sdk_stamp="$sdk/node_modules/.sluice-lock.sha256"
+sdk_want=$(sha256sum "$sdk/package-lock.json" | cut -d' ' -f1)
+if [ ! -f "$sdk_stamp" ] || [ "$(cat "$sdk_stamp")" != "$sdk_want" ]; then
+  echo "install-deps: npm ci in tests/integration/openai_sdk"
+  (cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$sdk_want" > "$sdk_stamp"
+fi

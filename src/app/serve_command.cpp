@@ -81,7 +81,15 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--access-log", options.access_log, "access log: a file path, - for stdout, off")->capture_default_str();
   cmd->add_option("--workers", options.workers, "worker threads (overrides the config)");
   cmd->add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
-  cmd->callback([] {
+  cmd->callback([cmd] {
+    // The demo-fleet flags mean nothing with a config file: refuse them rather than ignore them.
+    if (!config_path.empty())
+      for (const char* flag : {"--port", "--admin-port", "--sim-replicas", "--sim-time-scale"})
+        if (cmd->count(flag) > 0) {
+          fmt::print(stderr, "sluice serve: {} applies only without -c (the embedded simulated fleet); "
+                             "with a config file the listen addresses are `listen` and `admin` in it\n", flag);
+          throw CLI::RuntimeError(2);
+        }
     // Operational logs go to stderr; stdout is the access log's by default.
     spdlog::set_default_logger(spdlog::stderr_color_mt("sluice"));
     spdlog::set_level(spdlog::level::from_str(log_level));

@@ -5,6 +5,8 @@
 #include "bench/bench_command.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
+
 #include <fstream>
 
 #include "bench/load_client.h"
@@ -60,11 +62,36 @@ PrefixCounters read_counters(const std::vector<std::string>& urls) {
   return c;
 }
 
-int run(const Flags& f) {
+// The first model GET <url>/v1/models lists, for a run without --model (a workload's own base
+// model name is rarely one the gateway serves); "" when the listing cannot be read.
+std::string first_listed_model(const std::string& url) {
+  std::string err;
+  std::string base = url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  if (base.size() >= 3 && base.compare(base.size() - 3, 3, "/v1") == 0) base.resize(base.size() - 3);
+  const auto text = bench::http_get(base + "/v1/models", err);
+  if (!err.empty()) return {};
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(text).get(doc)) return {};
+  simdjson::dom::array data;
+  if (doc["data"].get_array().get(data) || data.size() == 0) return {};
+  std::string_view id;
+  if (data.at(0)["id"].get_string().get(id)) return {};
+  return std::string(id);
+}
+
+int run(const Flags& f_in) {
+  Flags f = f_in;
   auto target = bench::http_target(f.url);
   if (auto* e = std::get_if<std::string>(&target)) {
     fmt::print(stderr, "bench: --url: {}\n", *e);
     return 2;
+  }
+  if (f.model.empty()) {
+    f.model = first_listed_model(f.url);
+    if (!f.model.empty())
+      fmt::print(stderr, "bench: no --model: sending `{}`, the first model {}/v1/models lists\n", f.model, f.url);
   }
   if (!(f.time_scale > 0)) {
     fmt::print(stderr, "bench: --time-scale must be positive\n");
@@ -77,6 +104,7 @@ int run(const Flags& f) {
   opt.tenant_as_api_key = f.tenant_keys;
   opt.api_key = f.api_key;
   opt.model = f.model;
+  if (!f.json) opt.progress_every_s = 10;  // a line every 10 s on stderr during long runs
   workload::ArrivalSpec arr;
   if (!workload::parse_arrival_kind(f.arrival, arr.kind)) {
     fmt::print(stderr, "bench: --arrival must be poisson, gamma or concurrency\n");
@@ -170,7 +198,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
   cmd->add_flag("--tenant-keys", flags->tenant_keys, "Send each request's tenant name as its Bearer API key");
   cmd->add_option("--api-key", flags->api_key, "Bearer API key for every request");
-  cmd->add_option("--model", flags->model, "Model name to send instead of the workload's base model");
+  cmd->add_option("--model", flags->model,
+                  "Model name to send instead of the workload's base model (default: the first model the target's "
+                  "/v1/models lists)");
   cmd->add_flag("--json", flags->json, "Print one JSON object per rate instead of the table");
   cmd->add_option("--json-out", flags->json_out, "Also write the JSON lines to this file");
   cmd->add_flag("--tenants", flags->tenants, "Print per-tenant figures");

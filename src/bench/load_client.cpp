@@ -1,5 +1,12 @@
 #include "bench/load_client.h"
 
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -81,6 +88,7 @@ struct Shared {
   tcp::endpoint endpoint;
   Clock::time_point start;
   std::vector<workload::RequestRecord>& records;
+  std::atomic<int64_t> finished{0}, ok{0};  // read by the progress thread
 };
 
 asio::awaitable<void> one_request(Shared& sh, workload::WorkloadRequest r) {
@@ -167,7 +175,10 @@ asio::awaitable<void> one_request(Shared& sh, workload::WorkloadRequest r) {
   rec.arrival = std::chrono::duration_cast<Duration>(rec.arrival * k);
   rec.e2e = std::chrono::duration_cast<Duration>(rec.e2e * k);
   if (rec.ttft) rec.ttft = std::chrono::duration_cast<Duration>(*rec.ttft * k);
+  const bool ok = rec.status == 200;
   sh.records.push_back(std::move(rec));
+  sh.finished.fetch_add(1, std::memory_order_relaxed);
+  if (ok) sh.ok.fetch_add(1, std::memory_order_relaxed);
 }
 
 asio::awaitable<void> open_loop(Shared& sh, workload::Workload& wl) {
@@ -207,12 +218,33 @@ LoadResult run_load(workload::Workload& wl, const LoadOptions& opt) {
     return out;
   }
   Shared sh{opt, results.begin()->endpoint(), Clock::now(), out.records};
+  // Progress on long runs: a line every progress_every_s from a thread that only reads counters.
+  std::mutex progress_mu;
+  std::condition_variable progress_cv;
+  bool progress_stop = false;
+  std::thread progress;
+  if (opt.progress_every_s > 0)
+    progress = std::thread([&] {
+      std::unique_lock lock(progress_mu);
+      const auto every = std::chrono::duration<double>(opt.progress_every_s);
+      while (!progress_cv.wait_for(lock, every, [&] { return progress_stop; }))
+        fmt::print(stderr, "bench: {:.0f} s: {} requests finished, {} ok\n",
+                   std::chrono::duration<double>(Clock::now() - sh.start).count(), sh.finished.load(), sh.ok.load());
+    });
   if (wl.arrivals().kind == workload::ArrivalKind::concurrency) {
     for (int i = 0; i < wl.arrivals().concurrency; ++i) asio::co_spawn(io, closed_loop_worker(sh, wl), asio::detached);
   } else {
     asio::co_spawn(io, open_loop(sh, wl), asio::detached);
   }
   io.run();
+  if (progress.joinable()) {
+    {
+      std::lock_guard lock(progress_mu);
+      progress_stop = true;
+    }
+    progress_cv.notify_one();
+    progress.join();
+  }
   out.wall_seconds = std::chrono::duration<double>(Clock::now() - sh.start).count();
   return out;
 }

@@ -34,6 +34,8 @@ struct LoadOptions {
   bool tenant_as_api_key = false;   // Authorization: Bearer <tenant> (for gateways with tenants)
   std::string api_key;              // Authorization: Bearer <key> for every request
   std::string model;                // replaces the workload's base-model name when set
+  // > 0: a line on stderr every this many seconds while the run lasts (requests finished, ok)
+  double progress_every_s = 0;
 };
 
 struct LoadResult {

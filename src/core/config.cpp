@@ -6,6 +6,8 @@
 #include "core/admission/redis_config.h"
 #include "core/config_yaml.h"
 #include "core/picker/policy_factory.h"
+#include "core/tls_config.h"
+#include "core/upstream_auth.h"
 #include "core/url.h"
 
 #include <fmt/format.h>
@@ -51,6 +53,28 @@ Address parse_address(const YAML::Node& n, const std::string& path) {
   return Address{std::move(hp->host), hp->port};
 }
 
+// An endpoint: `host:port`, or `http://host:port` as engines' docs write it (a trailing "/" is
+// allowed; a path, query or any other scheme is refused with a message saying what to write).
+Address parse_endpoint_address(const YAML::Node& n, const std::string& path, bool* https = nullptr) {
+  const auto s = get<std::string>(n, path, "host:port or http://host:port");
+  const auto scheme_end = s.find("://");
+  if (scheme_end == std::string::npos) return parse_address(n, path);
+  std::string error;
+  // https://: TLS to the engine (gateway/tls/); the URL is checked as its http:// twin.
+  const bool tls = s.compare(0, 8, "https://") == 0;
+  if (https) *https = tls;
+  auto url = parse_http_url(tls ? "http://" + s.substr(8) : s, error);
+  if (!url) fail(path, error + "; an endpoint is host:port or http://host:port");
+  if (!url->target.empty() && url->target != "/")
+    fail(path, "'" + s + "' has a path or query; an endpoint is host:port or http://host:port (the engine's "
+               "OpenAI routes are /v1/...; a path prefix is not supported)");
+  std::string authority = s.substr(scheme_end + 3);
+  if (!authority.empty() && authority.back() == '/') authority.pop_back();
+  auto hp = parse_host_port(authority, error);
+  if (!hp || hp->port == 0) fail(path, "'" + s + "' has no port; an endpoint is http://host:port (the port is required)");
+  return Address{std::move(hp->host), hp->port};
+}
+
 EngineKind parse_engine(const YAML::Node& n, const std::string& path) {
   auto s = get<std::string>(n, path, "an engine name");
   if (s == "vllm") return EngineKind::vllm;
@@ -59,13 +83,19 @@ EngineKind parse_engine(const YAML::Node& n, const std::string& path) {
   fail(path, "unknown engine '" + s + "' (expected vllm, sglang or trtllm)");
 }
 
-EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, EngineKind pool_engine) {
+EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, EngineKind pool_engine,
+                              const std::string& pool_authorization, const TlsClientConfig& pool_tls) {
   EndpointConfig e;
   e.engine = pool_engine;
+  e.authorization = pool_authorization;
+  e.tls = pool_tls;
   if (n.IsScalar()) {
-    e.address = parse_address(n, path);
+    e.address = parse_endpoint_address(n, path, &e.tls.enabled);
   } else {
-    check_keys(n, path, {"address", "name", "engine", "metrics_path", "duty_cycle_url", "kv_events", "kv_events_replay"});
+    check_keys(n, path, {"address", "name", "engine", "metrics_path", "duty_cycle_url", "duty_cycle_gpus", "upstream_auth",
+                         "upstream_tls", "kv_events", "kv_events_replay"});
+    if (n["upstream_tls"]) parse_tls_client(n["upstream_tls"], path + ".upstream_tls", e.tls);
+    if (n["upstream_auth"]) e.authorization = parse_upstream_auth(n["upstream_auth"], path + ".upstream_auth");
     for (const char* key : {"kv_events", "kv_events_replay"}) {
       if (!n[key]) continue;
       auto v = get<std::string>(n[key], path + "." + key, "tcp://host:port");
@@ -75,7 +105,8 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
       (std::string_view(key) == "kv_events" ? e.kv_events : e.kv_events_replay) = std::move(v);
     }
     if (!n["address"]) fail(path + ".address", "is required");
-    e.address = parse_address(n["address"], path + ".address");
+    e.address = parse_endpoint_address(n["address"], path + ".address", &e.tls.enabled);
+    if (n["upstream_tls"] && !e.tls.enabled) fail(path + ".upstream_tls", "applies to https:// endpoints only");
     if (n["name"]) e.name = get<std::string>(n["name"], path + ".name", "a string");
     if (n["engine"]) e.engine = parse_engine(n["engine"], path + ".engine");
     if (n["metrics_path"]) e.metrics_path = get<std::string>(n["metrics_path"], path + ".metrics_path", "a path");
@@ -83,6 +114,12 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
       e.duty_cycle_url = get<std::string>(n["duty_cycle_url"], path + ".duty_cycle_url", "a URL");
       std::string error;
       if (!parse_http_url(e.duty_cycle_url, error)) fail(path + ".duty_cycle_url", error);
+    }
+    if (const auto& g = n["duty_cycle_gpus"]) {
+      const auto gp = path + ".duty_cycle_gpus";
+      if (!g.IsSequence() || g.size() == 0) fail(gp, "expected a list of GPU indices (the exporter's gpu label), e.g. [0, 1]");
+      for (size_t i = 0; i < g.size(); ++i) e.duty_cycle_gpus.push_back(get<std::string>(g[i], fmt::format("{}[{}]", gp, i), "a GPU index"));
+      if (e.duty_cycle_url.empty()) fail(gp, "needs duty_cycle_url (the DCGM exporter to read them from)");
     }
   }
   if (e.name.empty()) e.name = e.address.str();
@@ -93,7 +130,7 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
 PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
   check_keys(n, path, {"name", "kind", "policy", "policy_params", "engine", "endpoints", "upstream", "scrape",
                        "max_in_flight_per_endpoint", "saturation", "health", "outlier", "retry", "discovery",
-                       "kv_events"});
+                       "kv_events", "upstream_auth", "upstream_tls"});
   PoolConfig p;
   if (!n["name"]) fail(path + ".name", "is required");
   p.name = get<std::string>(n["name"], path + ".name", "a string");
@@ -120,14 +157,19 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
       p.policy_params[key] = get<double>(kv.second, path + ".policy_params." + key, "a number");
     }
   }
+  check_policy_params(p, path);  // a misspelt parameter is refused here, by validate as by serve
   if (n["engine"]) p.engine = parse_engine(n["engine"], path + ".engine");
   if (n["discovery"]) p.discovery = parse_discovery_yaml(n["discovery"], path + ".discovery");
+  std::string pool_authorization;
+  if (n["upstream_auth"]) pool_authorization = parse_upstream_auth(n["upstream_auth"], path + ".upstream_auth");
+  TlsClientConfig pool_tls;
+  if (n["upstream_tls"]) parse_tls_client(n["upstream_tls"], path + ".upstream_tls", pool_tls);
   if (p.discovery && n["endpoints"] && !n["endpoints"].IsSequence()) fail(path + ".endpoints", "expected a list");
   if (!p.discovery && (!n["endpoints"] || !n["endpoints"].IsSequence() || n["endpoints"].size() == 0))
     fail(path + ".endpoints", "is required and must list at least one endpoint");
   std::set<std::string> seen;
   for (size_t i = 0; n["endpoints"] && i < n["endpoints"].size(); ++i) {
-    auto ep = parse_endpoint(n["endpoints"][i], fmt::format("{}.endpoints[{}]", path, i), p.engine);
+    auto ep = parse_endpoint(n["endpoints"][i], fmt::format("{}.endpoints[{}]", path, i), p.engine, pool_authorization, pool_tls);
     if (!seen.insert(ep.address.str()).second)
       fail(fmt::format("{}.endpoints[{}]", path, i), "duplicate endpoint " + ep.address.str());
     p.endpoints.push_back(std::move(ep));
@@ -256,12 +298,13 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
     throw ConfigError(fmt::format("YAML syntax error at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   if (!root || root.IsNull()) throw ConfigError("config is empty");
-  check_keys(root, "", {"listen", "admin", "workers", "limits", "timeouts", "drain_timeout_ms",
+  check_keys(root, "", {"listen", "admin", "tls", "workers", "limits", "timeouts", "drain_timeout_ms",
                         "expose_routing_headers", "pools", "models", "tenants", "admission", "ext_proc",
                         "redis"});
   auto cfg = std::make_shared<Config>();
   if (root["listen"]) cfg->listen = parse_address(root["listen"], "listen");
   if (root["admin"]) cfg->admin = parse_address(root["admin"], "admin");
+  if (root["tls"]) cfg->tls = parse_tls_server(root["tls"], "tls");
   if (root["workers"]) cfg->workers = static_cast<int>(get_int(root["workers"], "workers", 1, 256));
   if (const auto& l = root["limits"]) {
     check_keys(l, "limits", {"max_body_bytes", "max_header_bytes", "header_timeout_ms", "idle_timeout_ms", "max_connections",
@@ -293,6 +336,7 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   for (size_t i = 0; i < root["pools"].size(); ++i) {
     auto p = parse_pool(root["pools"][i], fmt::format("pools[{}]", i));
     p.fingerprint = YAML::Dump(root["pools"][i]);
+    for (const auto& ep : p.endpoints) p.fingerprint += upstream_auth_fingerprint(ep.authorization);
     if (cfg->find_pool(p.name)) fail(fmt::format("pools[{}].name", i), "duplicate pool name '" + p.name + "'");
     cfg->pools.push_back(std::move(p));
   }

@@ -32,12 +32,37 @@ struct Address {
   std::string str() const { return format_host_port(host, port); }  // IPv6 in brackets
 };
 
+// TLS (docs/config.md, "tls"; the gateway's tls/ bridge does the OpenSSL work). Downstream: the
+// API listener terminates TLS with this certificate chain and key (PEM files). Upstream: an
+// endpoint written https://host:port is reached over TLS, verified against `ca_file` (the system
+// store when empty) and `server_name` (the endpoint's host when empty) unless verify is false.
+struct TlsServerConfig {
+  std::string cert_file, key_file;
+  bool enabled() const { return !cert_file.empty(); }
+};
+struct TlsClientConfig {
+  bool enabled = false;
+  std::string ca_file;
+  bool verify = true;
+  std::string server_name;
+};
+
 struct EndpointConfig {
   std::string name;         // defaults to host:port
   Address address;
   EngineKind engine = EngineKind::vllm;
   std::string metrics_path = "/metrics";
   std::string duty_cycle_url;  // optional DCGM exporter URL; empty: read the engine's own gauge
+  // The exporter's `gpu` label values that are this endpoint's GPUs (averaged); empty: every GPU
+  // the exporter reports (one exporter per node serves several engines' GPUs).
+  std::vector<std::string> duty_cycle_gpus;
+  // Authorization sent to this engine ("Bearer <key>", from upstream_auth; core/upstream_auth.h);
+  // empty: none. Never logged.
+  std::string authorization;
+  TlsClientConfig tls;  // https:// endpoints
+  // The engine's own host:port when `address` is a local TLS bridge's (gateway/tls/): the Host
+  // header sent upstream. Empty: `address`.
+  std::string host_header;
   // The engine's KV-event PUB socket and replay ROUTER (tcp://host:port; empty: none), from the
   // endpoint's `kv_events:` / `kv_events_replay:` or the pool's `kv_events:` default.
   std::string kv_events;
@@ -152,6 +177,7 @@ struct Timeouts {
 struct Config {
   Address listen{"127.0.0.1", 8080};
   Address admin{"127.0.0.1", 9090};
+  TlsServerConfig tls;  // `tls:`: HTTPS on `listen` (not reloadable)
   int workers = 2;
   ServerLimits limits;
   Timeouts timeouts;

@@ -11,9 +11,12 @@ void fail(const std::string& path, const std::string& msg) { throw ConfigError(p
 void check_keys(const YAML::Node& node, const std::string& path, std::initializer_list<const char*> allowed) {
   if (!node.IsMap()) fail(path, "expected a mapping");
   std::set<std::string> ok(allowed.begin(), allowed.end());
+  std::set<std::string> seen;
   for (const auto& kv : node) {
     if (!kv.first.IsScalar()) fail(path, "keys must be plain strings");
     auto key = kv.first.as<std::string>();
+    // yaml-cpp keeps the first of two equal keys: the second would be ignored without a word.
+    if (!seen.insert(key).second) fail(path.empty() ? key : path + "." + key, "duplicate key");
     if (!ok.count(key)) {
       std::string list;
       for (const auto& a : ok) list += (list.empty() ? "" : ", ") + a;

@@ -379,6 +379,7 @@ asio::awaitable<AdmitResult> Driver::admit(const AdmitRequest& in) {
   w->executor = executor;
   w->pool = in.route.pool;
   w->priority = effective_priority(tenant.priority, priority);
+  result.priority = w->priority;
 
   const bool embedding = !generates(in.request.kind);
   const int64_t input = estimate_tokens(in.request.rendered);

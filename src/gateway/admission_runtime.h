@@ -68,6 +68,7 @@ struct AdmitResult {
   HeaderList headers;                       // extra headers for the refusal (x-ratelimit-*)
   bool client_left = false;                 // the client disconnected while queued
   Duration queued{0};                       // time spent in the gateway queue
+  int priority = 0;                         // the effective priority (tenant's, or the request's header)
 };
 
 class AdmissionRuntime {

@@ -9,13 +9,18 @@
 
 #include "gateway/observability/endpoint_metrics.h"
 #include "gateway/observability/kv_event_metrics.h"
+#include "gateway/observability/process_metrics.h"
+#include "gateway/reload.h"
 
 namespace sluice {
 
 
 GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
     : requests(r.counter("sluice_requests_total", "Finished requests by outcome.", {"pool", "model", "status", "outcome"})),
-      rejects(r.counter("sluice_rejects_total", "Requests refused by the gateway, by reason.", {"pool", "reason"})),
+      rejects(r.counter("sluice_rejects_total",
+                        "Requests refused by the gateway, by reason and tenant (configured tenants: the first 32 by "
+                        "name, later ones other; - before or without authentication).",
+                        {"pool", "reason", "tenant"})),
       cancellations(r.counter("sluice_cancellations_total", "Client disconnects by phase.", {"phase"})),
       duration(r.histogram("sluice_request_duration_seconds", "End-to-end request duration at the gateway.", {"pool"},
                            duration_buckets())),
@@ -42,6 +47,7 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
   auto first = build_generation(std::move(config), nullptr, generation_inputs(seed_), error);
   if (!first) throw std::runtime_error("admission: " + error);
   current_.store(std::move(first));
+  (void)reload_failures(registry_);  // exported at 0 from the start (an alert compares increases)
 
   // Series whose values live in the current generation's routers, and the admission layer's.
   registry_.add_collector([this](std::string& out) {
@@ -56,6 +62,7 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
     w.sample("sluice_open_connections", "", static_cast<double>(connections.load()));
     w.family("sluice_config_generation", "gauge", "Config generation in use (1 at start, +1 per applied reload).");
     w.sample("sluice_config_generation", "", static_cast<double>(gen->number));
+    append_process_metrics(out);
   });
 }
 
@@ -83,6 +90,18 @@ bool Gateway::ready() const {
 
 void Gateway::complete(const RequestRecord& r) { complete(r, *current()); }
 
+std::string_view Gateway::reject_tenant_label(const RequestRecord& r) {
+  // Only configured tenants' names become label values (a client-chosen fairness id or `user` never
+  // does), and only the first kRejectTenantLabels of them, as sluice_tenant_tokens_total does.
+  constexpr size_t kRejectTenantLabels = 32;
+  if (!r.tenant_configured || r.tenant.empty()) return "-";
+  std::lock_guard lock(reject_labels_mu_);
+  auto it = reject_tenants_.find(r.tenant);
+  if (it != reject_tenants_.end()) return *it;
+  if (reject_tenants_.size() >= kRejectTenantLabels) return "other";
+  return *reject_tenants_.insert(r.tenant).first;
+}
+
 void Gateway::complete(const RequestRecord& r, const Generation& gen) {
   if (r.listener == "admin") {
     metrics_.admin_requests.with({r.path, std::to_string(r.status)}).inc();
@@ -107,7 +126,7 @@ void Gateway::complete(const RequestRecord& r, const Generation& gen) {
   metrics_.requests.with({pool, model, status, to_string(r.outcome)}).inc();
   metrics_.duration.with({pool}).observe(to_seconds(r.duration));
   if (r.ttft) metrics_.ttft.with({pool}).observe(to_seconds(*r.ttft));
-  if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, to_string(r.reason)}).inc();
+  if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, to_string(r.reason), reject_tenant_label(r)}).inc();
   if (r.outcome == Outcome::client_cancelled)
     metrics_.cancellations.with({r.reason == Reason::cancelled_queued ? "queued" : r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
   access_log_.write(r);

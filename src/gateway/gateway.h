@@ -9,7 +9,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -88,8 +90,13 @@ class Gateway {
   std::atomic<int64_t> connections{0};
 
  private:
+  // The tenant label of a reject (bounded: configured tenants only, the first 32 by name).
+  std::string_view reject_tenant_label(const RequestRecord& r);
+
   std::shared_ptr<const Config> startup_;
   uint64_t seed_;
+  std::mutex reject_labels_mu_;
+  std::set<std::string, std::less<>> reject_tenants_;
   std::chrono::steady_clock::time_point epoch_;
   MetricsRegistry registry_;
   GatewayMetrics metrics_;

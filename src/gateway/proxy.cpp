@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/admission/tenants.h"
 #include "core/openai/response_fields.h"
 #include "core/openai/sse.h"
 #include "core/picker/pool_router.h"
@@ -80,7 +81,8 @@ class RequestLife {
  public:
   RequestLife(const RequestContext& ctx, ApiKind kind, DownstreamRequest& req, bool keep_alive)
       : gw_(ctx.gateway), upstreams_(ctx.upstreams), down_(ctx.downstream), gen_(gw_.current()),
-        tmo_(gen_->config->timeouts), kind_(kind), req_(req), keep_alive_(keep_alive), start_(SteadyClock::now()),
+        tmo_(gen_->config->timeouts), kind_(kind), req_(req), keep_alive_(keep_alive), client_(ctx.client),
+        start_(SteadyClock::now()),
         total_deadline_(start_ + tmo_.total) {
     if (ctx.read_body.count() > 0) gw_.metrics().overhead(OverheadPhase::read_body).observe(to_seconds(ctx.read_body));
   }
@@ -131,6 +133,7 @@ class RequestLife {
   ApiKind kind_;
   DownstreamRequest& req_;
   bool keep_alive_;
+  std::string_view client_;
   SteadyClock::time_point start_, total_deadline_;
   RequestRecord rec_;
   std::optional<RequestModel> model_;
@@ -164,6 +167,8 @@ asio::awaitable<bool> RequestLife::run() {
   auto rid = req_["x-request-id"];
   rec_.id = rid.empty() || rid.size() > 128 ? new_request_id() : std::string(rid);
   rec_.path = std::string(req_.target().substr(0, 256));
+  rec_.method = "POST";  // the only method routed here (session.cpp)
+  rec_.client = std::string(client_);
   auto& admission = *gen_->admission;
   enforcing_ = admission.enforcing();
 
@@ -184,6 +189,11 @@ asio::awaitable<bool> RequestLife::run() {
     ResponseHeaders h;
     for (auto& [k, v] : auth.denial->headers()) h.emplace_back(std::string(k), std::move(v));
     co_return co_await reject(auth.denial->error, Reason::unauthorized, h);
+  }
+  if (enforcing_ && auth.tenant) {  // known from here on: every later line and reject names it
+    rec_.tenant = auth.tenant->name;
+    rec_.tenant_configured = true;
+    rec_.priority = auth.tenant->priority;
   }
 
   // ---- resolve the model: alias, adapter, pool; the API kind it serves ----
@@ -207,6 +217,8 @@ asio::awaitable<bool> RequestLife::run() {
   if (auto now = admission.try_admit(admit_request)) admitted = std::move(*now);
   else co_await down_.watching([&]() -> asio::awaitable<void> { admitted = co_await admission.admit(admit_request); }());
   observe(OverheadPhase::admit, phase);  // includes the queue wait (sluice_queue_time_seconds alone)
+  rec_.queue_time = admitted.queued;
+  if (enforcing_) rec_.priority = admitted.priority;
   if (admitted.client_left || (!admitted.denial && down_.gone())) {
     ticket_ = std::move(admitted.ticket);
     finish(Outcome::client_cancelled, kClientClosedStatus, Reason::cancelled_queued);
@@ -450,18 +462,25 @@ std::string RequestLife::upstream_head() const {
   const auto& ep = router_->config().endpoints[guard_.endpoint()];
   std::string head;
   head.reserve(512);
-  fmt::format_to(std::back_inserter(head), "POST {} HTTP/1.1\r\nHost: {}:{}\r\n", std::string_view(req_.target()),
-                 ep.address.host, ep.address.port);
+  if (ep.host_header.empty())
+    fmt::format_to(std::back_inserter(head), "POST {} HTTP/1.1\r\nHost: {}:{}\r\n", std::string_view(req_.target()),
+                   ep.address.host, ep.address.port);
+  else  // a TLS endpoint behind its local bridge (tls/): the engine's own name
+    fmt::format_to(std::back_inserter(head), "POST {} HTTP/1.1\r\nHost: {}\r\n", std::string_view(req_.target()),
+                   ep.host_header);
   bool has_content_type = false;
   for (const auto& f : req_.base()) {
     const std::string_view name = f.name_string();
     if (is_hop_by_hop(f.name(), name)) continue;
-    // With tenants, the bearer key is the gateway's (never forwarded) and the priority header its own.
-    if (enforcing_ && (f.name() == http::field::authorization || iequals(name, "x-sluice-priority"))) continue;
+    // With tenants, the bearer key is the gateway's (never forwarded) and the priority header its own;
+    // an engine key configured for the endpoint (upstream_auth) replaces the client's in any case.
+    if (f.name() == http::field::authorization && (enforcing_ || !ep.authorization.empty())) continue;
+    if (enforcing_ && iequals(name, "x-sluice-priority")) continue;
     has_content_type |= f.name() == http::field::content_type;
     head.append(name).append(": ").append(f.value()).append("\r\n");
   }
   if (!has_content_type) head += "Content-Type: application/json\r\n";
+  if (!ep.authorization.empty()) append_header(head, "Authorization", ep.authorization);
   fmt::format_to(std::back_inserter(head), "x-request-id: {}\r\nContent-Length: {}\r\n\r\n", rec_.id, body_.size());
   return head;
 }

@@ -31,6 +31,7 @@ struct RequestContext {
   UpstreamPool& upstreams;  // the worker's upstream connections
   Downstream& downstream;   // the client connection
   Duration read_body{0};    // how long reading the request body took (the overhead histogram)
+  std::string_view client;  // the client's address (host:port), for the access log
 };
 
 // Serves one request; returns whether the client connection may be kept alive.

@@ -7,18 +7,29 @@
 #include "core/config.h"
 #include "gateway/discovery/discovered.h"
 #include "gateway/gateway.h"
+#include "gateway/tls/tls_bridge.h"
 
 #include <mutex>
 
 namespace sluice {
 
 namespace {
+// sluice_config_reload_failures_total (exported from start-up at 0, see reload_failures()).
+void count_failure(Gateway& gateway) { reload_failures(gateway.registry()).inc(); }
+
 std::string join(const std::vector<std::string>& xs) {
   std::string out;
   for (const auto& x : xs) out += (out.empty() ? "" : ",") + x;
   return out.empty() ? "-" : out;
 }
 }  // namespace
+
+Counter& reload_failures(MetricsRegistry& registry) {
+  return registry
+      .counter("sluice_config_reload_failures_total",
+               "Config reloads (SIGHUP) refused because the new file was invalid; the old config stays in use.", {})
+      .with({});
+}
 
 ReloadResult reload_config(Gateway& gateway, const std::string& path,
                            const std::function<void(const std::shared_ptr<PoolRuntime>&)>& start_loops) {
@@ -28,9 +39,10 @@ ReloadResult reload_config(Gateway& gateway, const std::string& path,
   }
   std::shared_ptr<const Config> next;
   try {
-    next = load_config_file(path);
+    next = route_tls_upstreams(load_config_file(path));  // https:// endpoints through their bridges
   } catch (const std::exception& e) {  // ConfigError, or yaml-cpp on an unreadable document
     spdlog::error("config reload refused: {}; keeping the current config", e.what());
+    count_failure(gateway);
     return ReloadResult::refused;
   }
   return apply_config(gateway, next, path, start_loops);
@@ -52,6 +64,7 @@ ReloadResult apply_config(Gateway& gateway, std::shared_ptr<const Config> next, 
   auto gen = build_generation(next, cur.get(), gateway.generation_inputs(gateway.seed() + cur->number * 1000), error);
   if (!gen) {
     spdlog::error("config reload refused: {}: admission: {}; keeping the current config", path, error);
+    count_failure(gateway);
     return ReloadResult::refused;
   }
   std::vector<std::string> kept, fresh, removed;

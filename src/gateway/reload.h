@@ -29,12 +29,17 @@ namespace sluice {
 
 class Gateway;
 class PoolRuntime;
+class MetricsRegistry;
+class Counter;
 
 enum class ReloadResult { refused, applied, no_path };
 
 // Logs the outcome: "config reload refused: <path>: <field>: <problem>; keeping the current config"
 // or "config reload applied: generation N: ...". `start_loops` starts a new runtime's background
 // loops (scrapers, health checks).
+// sluice_config_reload_failures_total, created on first use (the gateway does so at start-up).
+Counter& reload_failures(MetricsRegistry& registry);
+
 ReloadResult reload_config(Gateway& gateway, const std::string& path,
                            const std::function<void(const std::shared_ptr<PoolRuntime>&)>& start_loops);
 

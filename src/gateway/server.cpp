@@ -17,6 +17,7 @@
 #include "gateway/signals/scraper.h"
 #include "gateway/http/session.h"
 #include "gateway/http/body_budget.h"
+#include "gateway/tls/tls_bridge.h"
 
 #include <malloc.h>
 
@@ -125,6 +126,7 @@ void Worker::abort_all() {
 }
 
 Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options) : config_path_(options.config_path) {
+  config = route_tls_upstreams(std::move(config));  // https:// endpoints through their TLS bridges (tls/)
   GatewayOptions gopts;
   gopts.access_log = options.access_log;
   gateway_ = std::make_unique<Gateway>(config, gopts);  // builds the first generation, admission included
@@ -132,11 +134,13 @@ Server::Server(std::shared_ptr<const Config> config, const ServeOptions& options
   for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(*gateway_, i, n));
 
   // The first acceptor picks the port (the config may say 0); the others join it with SO_REUSEPORT.
-  tcp::endpoint at = resolve_listen(config->listen);
+  // With `tls:` the workers listen on an ephemeral loopback port behind the TLS frontend (tls/).
+  const tcp::endpoint public_at = resolve_listen(config->listen);
+  tcp::endpoint at = config->tls.enabled() ? tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0) : public_at;
   workers_[0]->listen(at, n > 1);
   at.port(workers_[0]->local_endpoint().port());
   for (int i = 1; i < n; ++i) workers_[i]->listen(at, true);
-  port_ = at.port();
+  port_ = config->tls.enabled() ? start_tls_frontend(config->tls, public_at, at) : at.port();
 
   admin_ = std::make_unique<AdminListener>(workers_[0]->io(), *gateway_, resolve_listen(config->admin));
   admin_port_ = admin_->port();
@@ -181,8 +185,8 @@ int Server::run() {
   for (const auto& [name, pool] : gateway_->current()->pools) start_loops(pool);
   for (auto& w : workers_) threads_.emplace_back([&io = w->io()] { io.run(); });
   for (auto& svc : services_) svc->start();
-  spdlog::info("sluice listening on http://{}:{} (admin http://{}:{}), {} workers", cfg.listen.host, port_,
-               cfg.admin.host, admin_port_, workers_.size());
+  spdlog::info("sluice listening on {}://{}:{} (admin http://{}:{}), {} workers", cfg.tls.enabled() ? "https" : "http",
+               cfg.listen.host, port_, cfg.admin.host, admin_port_, workers_.size());
 
   std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
@@ -193,6 +197,7 @@ int Server::run() {
     }
     spdlog::info("signal {}: draining (up to {} ms)", sig, to_millis(cfg.drain_timeout));
     gateway_->draining = true;
+    stop_tls_frontend_accepting();
     drain_deadline = SteadyClock::now() + cfg.drain_timeout;
     for (auto& w : workers_) asio::post(w->io(), [wp = w.get()] { wp->begin_drain(); });
     signals.async_wait(on_signal);
@@ -240,6 +245,7 @@ int Server::run() {
   for (auto& t : threads_) t.join();
   threads_.clear();
   gateway_->access_log().flush();
+  stop_tls_bridges();
   spdlog::info("sluice stopped");
   return 0;
 }

@@ -12,7 +12,7 @@ forwards them):
   x-fake-status: CODE         answer with this status and an OpenAI error body
   x-fake-close: 1             close the connection right after reading the request
   x-fake-close-after-ms: MS   answer normally (keep-alive), then silently close the connection
-Records every request; GET /_log returns them as JSON (method, path, headers, body, model,
+With --tls-cert/--tls-key it serves HTTPS. Records every request; GET /_log returns them as JSON (method, path, headers, body, model,
 disconnected, completed, connection id), GET /_stats the number of TCP connections accepted.
 """
 import argparse
@@ -182,8 +182,15 @@ class Server(ThreadingHTTPServer):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate chain (and --tls-key)")
+    ap.add_argument("--tls-key")
     args = ap.parse_args()
     srv = Server(("127.0.0.1", args.port), Handler)
+    if args.tls_cert:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     print(f"PORT {srv.server_address[1]}", flush=True)
     srv.serve_forever()
 

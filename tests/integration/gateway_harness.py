@@ -65,7 +65,9 @@ class Gateway:
         cmd = [sluice, "serve", "-c", self.config_path, "--access-log", self.access_log]
         if workers:
             cmd += ["--workers", str(workers)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Unbuffered: read_line_matching selects on the pipe, and lines already in a Python buffer
+        # would never make it readable again.
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, bufsize=0)
         # Sanitized builds start several times slower (a loaded CI machine: more still).
         line = read_line_matching(self.proc.stderr, "listening on", 30 if os.environ.get("SLUICE_SANITIZED") == "1" else 10)
         # "sluice listening on http://127.0.0.1:P (admin http://127.0.0.1:A), N workers"

@@ -11,7 +11,7 @@ def families(path=METRICS_MD):
     """{name: (type, [labels])} from the contract's table rows: | `name` | type | labels | meaning |"""
     out = {}
     for line in open(path, encoding="utf-8"):
-        m = re.match(r"\|\s*`(sluice_[a-z0-9_]+)`\s*\|\s*(\w+)\s*\|([^|]*)\|", line)
+        m = re.match(r"\|\s*`((?:sluice|process)_[a-z0-9_]+)`\s*\|\s*(\w+)\s*\|([^|]*)\|", line)
         if m:
             labels = [l.strip() for l in m.group(3).split(",") if l.strip()]
             out[m.group(1)] = (m.group(2), labels)

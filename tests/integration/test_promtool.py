@@ -108,7 +108,8 @@ def main():
     # Each required alert family is present.
     for alert in ["SluiceEngineMetricsStale", "SluiceEngineMetricsFrozen", "SluiceRejectRateHigh", "SluiceRejectsRising",
                   "SluiceQueueTimeP99High", "SluiceKVCachePressure", "SluiceEngineScrapeErrors",
-                  "SluicePrometheusTargetDown", "SluiceQueueingWhileEnginesIdle"]:
+                  "SluicePrometheusTargetDown", "SluiceQueueingWhileEnginesIdle", "SluiceUpstreamErrorRateHigh",
+                  "SluiceTTFTSLOBreached", "SluiceConfigReloadFailed"]:
         if f"alert: {alert}\n" not in rules:
             failures.append(f"alert {alert} missing from sluice-alerts.yml")
 

@@ -114,6 +114,12 @@
     waiting: new Panel("chart-waiting", { y: { label: "requests", fmt: (v) => fmtNum(v, 0), min: 1, ints: true } }),
     picks: new Panel("chart-picks", { y: { label: "picks/s", fmt: (v) => fmtNum(v, 1), min: 1 } }),
     duty: new Panel("chart-duty", { y: ratio }),
+    tenantRejects: new Panel("chart-tenant-rejects", { y: { label: "rejects/s", fmt: (v) => fmtNum(v, 1), min: 1 } }),
+    tenantTokens: new Panel("chart-tenant-tokens", { y: { label: "tokens/s", fmt: (v) => fmtNum(v, 0), min: 1 } }),
+    upstream: new Panel("chart-upstream", { y: { label: "per second", fmt: (v) => fmtNum(v, 2), min: 0.1 } }),
+    tokens: new Panel("chart-tokens", { y: { label: "tokens/s", fmt: (v) => fmtNum(v, 0), min: 1 },
+      r: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
+    freshness: new Panel("chart-freshness", { y: { label: "seconds", fmt: fmtSec, min: 1 } }),
   };
 
   // ---- state ---------------------------------------------------------------------------------
@@ -256,6 +262,27 @@
     panels.kv.push(t, perEp("sluice_endpoint_kv_usage_ratio"));
     panels.waiting.push(t, perEp("sluice_endpoint_waiting_requests"));
     panels.duty.push(t, perEp("sluice_endpoint_duty_cycle_ratio"));
+    // Tenants: rejects by tenant ("-": before authentication or without tenants) and tokens charged.
+    const perSecond = (m) => [...m.entries()].map(([k, v]) => ({ key: k, label: k, value: dt > 0 ? v / dt : null }));
+    panels.tenantRejects.push(t, perSecond(P.increaseBy(short, cur, "sluice_rejects_total", "tenant", filter)));
+    const tokensBy = new Map();
+    for (const dir of ["input", "output"]) {
+      for (const [k, v] of P.increaseBy(short, cur, "sluice_tenant_tokens_total", "tenant", (l) => l.direction === dir))
+        tokensBy.set(k + " " + dir, v);
+    }
+    panels.tenantTokens.push(t, perSecond(tokensBy));
+    const failed = (l) => (!filter || filter(l)) && (l.outcome === "upstream_error" || l.outcome === "timeout");
+    panels.upstream.push(t, [
+      { key: "errors", label: "upstream errors + timeouts", value: orZero(P.rate(short, cur, "sluice_requests_total", failed), rps) },
+      { key: "retries", label: "retries", value: orZero(P.rate(short, cur, "sluice_retries_total", filter), rps) },
+      { key: "refused", label: "retries refused", value: orZero(P.rate(short, cur, "sluice_retries_refused_total", filter), rps) },
+    ]);
+    const itlP99 = P.histogramQuantile(0.99, P.bucketIncrease(short, cur, "sluice_itl_seconds", filter));
+    panels.tokens.push(t, [
+      { key: "tokens", label: "streamed token events/s", value: orZero(P.rate(short, cur, "sluice_itl_seconds_count", filter), rps) },
+      { key: "itl", label: "ITL p99", scale: "r", value: itlP99 },
+    ]);
+    panels.freshness.push(t, perEp("sluice_endpoint_scrape_age_seconds"));
     panels.picks.push(t, eps.map(([key, e]) => {
       const inc = P.increase(short, cur, "sluice_picks_total", (l) => l.endpoint === e.endpoint && (l.pool || "") === e.pool);
       return { key, label: epLabel(e), value: inc != null && dt > 0 ? inc / dt : null };

@@ -78,6 +78,9 @@ try {
     queue: ["queue time p99"],
     ttft: ["TTFT p99"],
     kv: null, waiting: null, picks: null, duty: null,   // per endpoint: every series
+    upstream: ["upstream errors + timeouts", "retries", "retries refused"],
+    tokens: ["streamed token events/s"],
+    freshness: null,
   };
   const charts = await waitFor("charts with data", async () => {
     const s = await page.evaluate(() => {

@@ -92,7 +92,7 @@ TenantRegistryResult TenantRegistry::build(const TenantsSpec& spec) {
     if (auto e = check_limits(t.limits, where + ".limits", true); !e.empty()) return {nullptr, e};
     std::unordered_set<std::string> models;
     for (size_t m = 0; m < t.model_limits.size(); ++m) {
-      const std::string mwhere = fmt::format("{}.model_limits[{}]", where, m);
+      const std::string mwhere = fmt::format("{}.models[{}]", where, m);
       if (t.model_limits[m].model.empty()) return {nullptr, mwhere + ".model: must not be empty"};
       if (!models.insert(t.model_limits[m].model).second)
         return {nullptr, mwhere + ".model: duplicate model '" + t.model_limits[m].model + "'"};
@@ -103,11 +103,11 @@ TenantRegistryResult TenantRegistry::build(const TenantsSpec& spec) {
     for (size_t k = 0; k < t.key_sha256_hex.size(); ++k) {
       Digest d;
       if (!parse_hex_digest(t.key_sha256_hex[k], d))
-        return {nullptr, fmt::format("{}.key_sha256_hex[{}]: expected 64 hex digits (SHA-256 of the key)", where, k)};
+        return {nullptr, fmt::format("{}.key_sha256[{}]: expected 64 hex digits (SHA-256 of the key)", where, k)};
       auto& bucket = reg->keys_[prefix_of(d)];
       for (const auto& e : bucket)
         if (e.digest == d)
-          return {nullptr, fmt::format("{}.key_sha256_hex[{}]: key already belongs to tenant '{}'", where,
+          return {nullptr, fmt::format("{}.key_sha256[{}]: key already belongs to tenant '{}'", where,
                                        k, e.tenant == id ? t.name : reg->tenants_[e.tenant].name)};
       bucket.push_back({d, id});
     }
@@ -116,7 +116,7 @@ TenantRegistryResult TenantRegistry::build(const TenantsSpec& spec) {
   if (!spec.anonymous_tenant.empty()) {
     reg->anonymous_ = reg->find(spec.anonymous_tenant);
     if (reg->anonymous_ == nullptr)
-      return {nullptr, "anonymous_tenant: no tenant named '" + spec.anonymous_tenant + "'"};
+      return {nullptr, "admission.anonymous_tenant: no tenant named '" + spec.anonymous_tenant + "'"};
   }
   return {std::move(reg), {}};
 }

@@ -151,9 +151,19 @@ bool map_kind(const PromText& m, EngineKind kind, EngineSignals& out) {
 
 }  // namespace
 
-std::optional<double> map_duty_cycle(const PromText& m) {
-  if (Acc a = collect(m, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"); a.any()) return clamp01(a.mean());
-  if (Acc a = collect(m, "DCGM_FI_DEV_GPU_UTIL"); a.any()) return clamp01(a.mean() / 100.0);
+std::optional<double> map_duty_cycle(const PromText& m, const std::vector<std::string>& gpus) {
+  auto of = [&](std::string_view name) {
+    if (gpus.empty()) return collect(m, name);
+    Acc a;
+    for (const auto& g : gpus) {
+      const Acc one = collect(m, name, "gpu", g);
+      a.sum += one.sum;
+      a.n += one.n;
+    }
+    return a;
+  };
+  if (Acc a = of("DCGM_FI_PROF_GR_ENGINE_ACTIVE"); a.any()) return clamp01(a.mean());
+  if (Acc a = of("DCGM_FI_DEV_GPU_UTIL"); a.any()) return clamp01(a.mean() / 100.0);
   return std::nullopt;
 }
 

@@ -19,6 +19,7 @@
 // mislabelled endpoint still maps. No waiting/running series at all is an error (not an engine).
 #pragma once
 #include <optional>
+#include <vector>
 #include <string>
 
 #include "core/config.h"
@@ -38,6 +39,8 @@ EngineMetricsResult map_engine_metrics(const PromText& metrics, EngineKind kind)
 
 // The duty cycle from DCGM exporter gauges, when present (they may come from the engine's own
 // /metrics in a simulator, or from a separate exporter URL).
-std::optional<double> map_duty_cycle(const PromText& metrics);
+// `gpus`: only samples whose `gpu` label is one of these (an endpoint's own GPUs on a node's
+// exporter); empty: every GPU.
+std::optional<double> map_duty_cycle(const PromText& metrics, const std::vector<std::string>& gpus = {});
 
 }  // namespace sluice

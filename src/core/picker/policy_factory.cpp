@@ -51,6 +51,22 @@ std::vector<std::string> policy_names() {
   return names;
 }
 
+void check_policy_params(const PoolConfig& pool, const std::string& path) {
+  PolicyParams params(pool);
+  for (const auto& entry : kPolicies) {
+    if (pool.policy != entry.name) continue;
+    try {
+      (void)entry.make(pool, params, 0);
+    } catch (const ConfigError& e) {  // a parameter's own range check
+      throw ConfigError(path + ".policy_params: " + e.what());
+    }
+    if (auto k = params.first_unknown())
+      throw ConfigError(path + ".policy_params." + *k + ": unknown parameter for policy '" + pool.policy +
+                        "' (known: " + params.known_list() + ")");
+    return;
+  }
+}
+
 std::unique_ptr<Policy> make_policy(const PoolConfig& pool, uint64_t seed) {
   PolicyParams params(pool);
   for (const auto& entry : kPolicies) {

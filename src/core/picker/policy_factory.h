@@ -12,6 +12,10 @@
 namespace sluice {
 
 std::unique_ptr<Policy> make_policy(const PoolConfig& pool, uint64_t seed);
+// The config loader's check (so `sluice validate` refuses what `serve` would): the pool's policy is
+// built once with its policy_params, and a misspelt or out-of-range parameter throws ConfigError
+// naming the YAML key (`<path>.policy_params.<name>: ...`).
+void check_policy_params(const PoolConfig& pool, const std::string& path);
 std::vector<std::string> policy_names();
 
 }  // namespace sluice

@@ -2,6 +2,7 @@
 // were asked for, so the factory can reject a misspelt parameter instead of silently ignoring it.
 #pragma once
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -21,13 +22,23 @@ class PolicyParams {
   }
   // Throws ConfigError naming the first parameter no get() asked for.
   void reject_unknown(std::string_view policy) const {
-    for (const auto& [k, v] : params_) {
-      if (known_.count(k)) continue;
+    if (auto k = first_unknown()) {
       std::string list;
       for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
-      throw ConfigError("pool '" + pool_ + "': policy_params." + k + ": unknown parameter for policy '" +
+      throw ConfigError("pool '" + pool_ + "': policy_params." + *k + ": unknown parameter for policy '" +
                         std::string(policy) + "' (known: " + (list.empty() ? "none" : list) + ")");
     }
+  }
+  // The first parameter no get() asked for, if any.
+  std::optional<std::string> first_unknown() const {
+    for (const auto& [k, v] : params_)
+      if (!known_.count(k)) return k;
+    return std::nullopt;
+  }
+  std::string known_list() const {
+    std::string list;
+    for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
+    return list.empty() ? "none" : list;
   }
 
  private:

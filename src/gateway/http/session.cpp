@@ -11,6 +11,7 @@
 #include <boost/beast/http.hpp>
 
 #include "gateway/gateway.h"
+#include "gateway/tls/tls_bridge.h"
 #include "gateway/http/body_budget.h"
 #include "gateway/http/http_util.h"
 #include "gateway/http/request_framing.h"
@@ -31,6 +32,11 @@ constexpr size_t kReadBufferSlack = 256 << 10;
 
 Session::Session(Worker& worker, tcp::socket socket)
     : worker_(worker), client_(std::move(socket)), watchdog_(client_.get_executor()) {
+  boost::system::error_code peer_ec;
+  const auto peer = client_.remote_endpoint(peer_ec);
+  if (!peer_ec) peer_ = format_host_port(peer.address().to_string(), peer.port());  // the access log's `client`
+  if (!peer_ec && tls_frontend_active() && peer.address().is_loopback())
+    if (auto real = tls_client_of(peer.port())) peer_ = std::move(*real);  // relayed by the TLS frontend
   gateway().connections.fetch_add(1, std::memory_order_relaxed);
   worker_.add(this);
 }
@@ -190,6 +196,7 @@ asio::awaitable<void> Session::run() {
     co_await write(error_response(e, false, extra));
     RequestRecord r;
     r.id = new_request_id();
+    r.client = peer_;
     r.status = e.status;
     r.outcome = Outcome::rejected;
     r.reason = reason;
@@ -335,6 +342,8 @@ asio::awaitable<void> Session::run() {
       auto rid = req["x-request-id"];
       r.id = rid.empty() || rid.size() > 128 ? new_request_id() : std::string(rid);
       r.path = std::string(path.substr(0, 256));
+      r.method = std::string(std::string_view(req.method_string()).substr(0, 16));
+      r.client = peer_;
       r.status = status;
       r.outcome = status < 400 ? Outcome::ok : Outcome::rejected;
       r.reason = reason;
@@ -351,7 +360,7 @@ asio::awaitable<void> Session::run() {
       if (method != http::verb::post) {
         co_await answer(not_allowed("POST", allow_post), 405, Reason::method_not_allowed);
       } else {
-        const RequestContext ctx{gw, upstream_pool(), *this, body_read};
+        const RequestContext ctx{gw, upstream_pool(), *this, body_read, peer_};
         keep_alive = co_await proxy_request(ctx, *kind, req, keep_alive);
       }
     } else if (path.starts_with("/v1/models/") && path.size() > 11) {

@@ -76,6 +76,7 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
 
   Worker& worker_;
   tcp::socket client_;
+  std::string peer_;  // the client's address (host:port), for the access log
   boost::beast::flat_buffer buffer_;
   Watchdog watchdog_;
   asio::cancellation_signal cancel_;  // emitted when the client leaves or a request deadline passes

@@ -6,6 +6,9 @@
 #include "core/json_escape.h"
 #include "core/openai/request.h"
 
+#include <chrono>
+#include <ctime>
+
 namespace sluice {
 
 std::string_view to_string(Outcome o) {
@@ -28,6 +31,7 @@ void field(std::string& out, std::string_view key, std::string_view value) {
   out += ",\"";
   out += key;
   out += "\":";
+  if (value.empty()) value = "-";  // one spelling of "none" in every line
   if (value.size() > kMaxLoggedValue) append_json_string(out, truncate_echo(value, kMaxLoggedValue));
   else append_json_string(out, value);
 }
@@ -40,11 +44,30 @@ void optional_tokens(std::string& out, std::string_view key, int64_t value) {
 }
 }  // namespace
 
-std::string access_log_line(const RequestRecord& r) {
-  std::string out = "{\"id\":";
-  out.reserve(384);
-  append_json_string(out, r.id.size() > kMaxLoggedValue ? truncate_echo(r.id, kMaxLoggedValue) : r.id);
+std::string rfc3339_now() {
+  const auto now = std::chrono::system_clock::now();
+  const auto secs = std::chrono::time_point_cast<std::chrono::seconds>(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - secs).count();
+  const std::time_t t = std::chrono::system_clock::to_time_t(secs);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                     tm.tm_min, tm.tm_sec, ms);
+}
+
+std::string access_log_line(const RequestRecord& r, std::string_view ts) {
+  std::string out = "{\"ts\":";
+  out.reserve(448);
+  append_json_string(out, ts.empty() ? std::string_view("-") : ts);
+  out += ",\"id\":";
+  if (r.id.empty()) append_json_string(out, "-");
+  else if (r.id.size() > kMaxLoggedValue) append_json_string(out, truncate_echo(r.id, kMaxLoggedValue));
+  else append_json_string(out, r.id);
+  field(out, "method", r.method);
+  field(out, "client", r.client);
   field(out, "tenant", r.tenant);
+  if (r.priority) field(out, "priority", int64_t{*r.priority});
+  else out += ",\"priority\":null";
   field(out, "model", r.model);
   field(out, "pool", r.pool);
   field(out, "endpoint", r.endpoint);
@@ -58,6 +81,8 @@ std::string access_log_line(const RequestRecord& r) {
   optional_tokens(out, "completion_tokens", r.completion_tokens);
   optional_tokens(out, "cached_tokens", r.cached_tokens);
   field(out, "token_events", r.token_events);
+  if (r.queue_time) out += fmt::format(",\"queue_ms\":{:.3f}", to_millis(*r.queue_time));
+  else out += ",\"queue_ms\":null";
   if (r.ttft) out += fmt::format(",\"ttft_ms\":{:.3f}", to_millis(*r.ttft));
   else out += ",\"ttft_ms\":null";
   out += fmt::format(",\"max_gap_ms\":{:.3f},\"duration_ms\":{:.3f}}}", to_millis(r.max_gap), to_millis(r.duration));
@@ -76,7 +101,7 @@ AccessLog::~AccessLog() { flush(); }
 
 void AccessLog::write(const RequestRecord& r) {
   if (!logger_) return;
-  logger_->info(access_log_line(r));
+  logger_->info(access_log_line(r, rfc3339_now()));
 }
 
 void AccessLog::flush() {

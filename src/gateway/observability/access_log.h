@@ -20,11 +20,16 @@ std::string_view to_string(Outcome o);
 struct RequestRecord {
   std::string id;          // x-request-id (passed through or generated)
   std::string tenant;      // x-gateway-inference-fairness-id, else body `user`, else "-"
+  bool tenant_configured = false;  // `tenant` is a configured tenant's name (a bounded label value)
   std::string model;       // as the client named it
   std::string pool;
   std::string endpoint;    // the last endpoint tried
   Reason reason = Reason::none;  // why it was rejected / failed (reason.h)
   std::string path;
+  std::string method;      // the request's HTTP method ("-" before one was read)
+  std::string client;      // the client's address, host:port
+  std::optional<int> priority;         // the effective priority, once admission knew it
+  std::optional<Duration> queue_time;  // time waited in the gateway's admission queue
   std::string_view listener = "api";  // "api" or "admin"
   int status = 0;
   Outcome outcome = Outcome::ok;
@@ -52,7 +57,10 @@ class AccessLog {
   std::shared_ptr<spdlog::logger> logger_;
 };
 
-// The JSON line for a record (without newline).
-std::string access_log_line(const RequestRecord& r);
+// The JSON line for a record (without newline). `ts` is an RFC 3339 UTC timestamp with
+// milliseconds (the time the request ended); empty strings are written as "-", unknown numbers as null.
+std::string access_log_line(const RequestRecord& r, std::string_view ts = {});
+// RFC 3339 UTC with milliseconds, e.g. 2026-12-01T13:05:07.123Z.
+std::string rfc3339_now();
 
 }  // namespace sluice

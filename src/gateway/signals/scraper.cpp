@@ -104,7 +104,7 @@ asio::awaitable<void> scrape_loop(std::shared_ptr<Scrapers::Impl> impl, PoolRout
         if (dcgm) {
           ScrapeFetch d = co_await fetch(*dcgm, dcgm_target, sc.timeout);
           if (d.ok) {
-            if (auto duty = map_duty_cycle(parse_prom_text(d.body))) m.signals.duty_cycle = *duty;
+            if (auto duty = map_duty_cycle(parse_prom_text(d.body), ep.duty_cycle_gpus)) m.signals.duty_cycle = *duty;
           }
         }
         m.signals.scraped_at = now();

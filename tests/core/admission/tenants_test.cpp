@@ -97,9 +97,9 @@ TEST(Tenants, ValidationNamesTheField) {
       {"empty name", [](TenantsSpec& s) { s.tenants[0].name = ""; }, "tenants[0].name"},
       {"dup name", [](TenantsSpec& s) { s.tenants[1].name = "acme"; }, "tenants[1].name: duplicate"},
       {"short key", [](TenantsSpec& s) { s.tenants[0].key_sha256_hex[1] = "abc"; },
-       "tenants[0].key_sha256_hex[1]"},
+       "tenants[0].key_sha256[1]"},
       {"non-hex key", [](TenantsSpec& s) { s.tenants[0].key_sha256_hex[0] = std::string(64, 'g'); },
-       "tenants[0].key_sha256_hex[0]"},
+       "tenants[0].key_sha256[0]"},
       {"key shared", [](TenantsSpec& s) { s.tenants[1].key_sha256_hex = {sha256_hex("sk-acme-1")}; },
        "already belongs to tenant 'acme'"},
       {"zero weight", [](TenantsSpec& s) { s.tenants[0].weight = 0; }, "tenants[0].weight"},
@@ -113,11 +113,11 @@ TEST(Tenants, ValidationNamesTheField) {
          s.tenants[0].model_limits = {ModelLimits{"m", {}}};
          s.tenants[0].model_limits[0].limits.max_concurrent = 3;
        },
-       "tenants[0].model_limits[0].limits.max_concurrent"},
+       "tenants[0].models[0].limits.max_concurrent"},
       {"dup model",
        [](TenantsSpec& s) { s.tenants[0].model_limits = {ModelLimits{"m", {}}, ModelLimits{"m", {}}}; },
-       "tenants[0].model_limits[1].model: duplicate"},
-      {"unknown anonymous", [](TenantsSpec& s) { s.anonymous_tenant = "ghost"; }, "anonymous_tenant"},
+       "tenants[0].models[1].model: duplicate"},
+      {"unknown anonymous", [](TenantsSpec& s) { s.anonymous_tenant = "ghost"; }, "admission.anonymous_tenant"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

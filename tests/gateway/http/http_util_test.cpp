@@ -57,7 +57,9 @@ TEST(AccessLog, LineIsJsonWithEveryField) {
   r.ttft = std::chrono::milliseconds(12);
   r.duration = std::chrono::milliseconds(30);
   auto line = access_log_line(r);
-  EXPECT_EQ(line.rfind("{\"id\":\"id\\\"1\",\"tenant\":\"t\",\"model\":\"m\",\"pool\":\"p\",\"endpoint\":\"e\"", 0), 0u) << line;
+  EXPECT_EQ(line.rfind("{\"ts\":\"-\",\"id\":\"id\\\"1\",\"method\":\"-\",\"client\":\"-\",\"tenant\":\"t\",\"priority\":null,"
+                       "\"model\":\"m\",\"pool\":\"p\",\"endpoint\":\"e\"", 0), 0u) << line;
+  EXPECT_NE(line.find("\"queue_ms\":null"), std::string::npos) << line;
   EXPECT_NE(line.find("\"status\":200"), std::string::npos);
   EXPECT_NE(line.find("\"outcome\":\"client_cancelled\""), std::string::npos);
   EXPECT_NE(line.find("\"prompt_tokens\":10,\"completion_tokens\":null"), std::string::npos);
