@@ -367,7 +367,11 @@ class MetricsDocs(unittest.TestCase):
                 exported[m.group(1)] = m.group(2)
         documented = metrics_contract.families()
         self.assertEqual(sorted(set(exported) - set(documented)), [], "exported but missing from docs/metrics.md")
-        self.assertEqual(sorted(set(documented) - set(exported)), [], "documented but not exported")
+        # Families of the optional subsystems appear only when their config section is set (ext_proc:,
+        # discovery:, kv_events:, redis:); their own integration tests scrape them.
+        gated = ("sluice_ext_proc_", "sluice_discovery_", "sluice_kv_", "sluice_redis_", "sluice_shared_budget_")
+        self.assertEqual(sorted(n for n in set(documented) - set(exported) if not n.startswith(gated)), [],
+                         "documented but not exported")
         for name, kind in exported.items():
             self.assertEqual(documented[name][0], kind, name)
         # Label names of every sample present agree with the documented ones.
