@@ -380,8 +380,9 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
     if (!registry.registry) throw ConfigError(registry.error);
   }
   if (const auto& r = root["redis"]) {
-    if (!admission.spec.enabled) fail("redis", "shares token budgets and needs a tenants: section");
+    // The section's own keys first, so that `validate` names a misspelt one in any config.
     cfg->redis = std::make_shared<const RedisSpec>(parse_redis_yaml(r));
+    if (!admission.spec.enabled) fail("redis", "shares token budgets and needs a tenants: section");
   }
   const YAML::Node& croot = root;
   for (const char* key : {"tenants", "admission", "redis"})

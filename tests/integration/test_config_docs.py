@@ -132,6 +132,7 @@ class ConfigDocs(unittest.TestCase):
         found = discover()
         self.assertGreater(len(found), 60, sorted(found))  # the probe itself works
         docs = documented()
+        self.maxDiff = None
         self.assertEqual(sorted(found - docs), [], "keys the parser accepts but docs/config.md does not list")
         self.assertEqual(sorted(docs - found), [], "keys docs/config.md lists but the parser refuses")
 

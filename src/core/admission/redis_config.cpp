@@ -54,6 +54,8 @@ RedisSpec parse_redis_yaml(const YAML::Node& node) {
   if (!node.IsMap()) fail("redis", "expected a mapping");
   check_keys(node, "redis", {"url", "on_error", "timeout_ms", "key_prefix", "replica_window_ms", "lease"});
   RedisSpec s;
+  if (const auto& l = node["lease"]; l && l.IsMap())  // its keys first: `validate` names a misspelt one
+    check_keys(l, "redis.lease", {"share", "max_slice", "idle_return_ms", "sync_interval_ms", "refresh_ms"});
   if (!node["url"]) fail("redis.url", "is required");
   s.url = get<std::string>(node["url"], "redis.url", "a string");
   parse_url(s.url, s);
