@@ -500,7 +500,8 @@ class NoisyNeighbour(unittest.TestCase):
         # In every build: no light request waited for a noisy stream to end (~240 ms at time scale 4),
         # which is what a lapse of the reserve looks like (it once did: the router frees a slot before
         # the ticket ends, and a noisy request took the light request's slot in between).
-        self.assertLess(p99(on["loaded"]), 0.1)
+        # (0.1 s; 0.2 s under the sanitizers, still below one noisy stream's ~240 ms.)
+        self.assertLess(p99(on["loaded"]), 0.2 if os.environ.get("SLUICE_SANITIZED") == "1" else 0.1)
         # Without the reserve the light request waits for a noisy stream to end.
         self.assertGreater(p50(off["loaded"]), p50(on["loaded"]))
 
