@@ -2,6 +2,7 @@
 on loopback ephemeral ports, and always stop them. Standard library only."""
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -116,6 +117,22 @@ class Gateway:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(5)
+
+
+def loopback_endpoints(text):
+    """The example config's engine addresses (10.0.0.x, never to be contacted from a test) replaced by
+    loopback ports where nothing listens (bound, read back, closed), one per address."""
+    import socket
+
+    def free(_m):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        return f"127.0.0.1:{port}"
+    out = re.sub(r"10\.0\.0\.\d+:\d+", free, text)
+    assert "10.0.0." not in out
+    return out
 
 
 def raw_exchange(port, data, timeout=5, wait_before_read=0.0, shut_write=False):

@@ -26,7 +26,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gateway_harness import read_line_matching  # noqa: E402
+from gateway_harness import loopback_endpoints, read_line_matching  # noqa: E402
 
 SLUICE = None
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -48,22 +48,6 @@ def yaml_docs(path):
         return json.loads(r.stdout) if r.returncode == 0 else None
     with open(path) as f:
         return [d for d in yaml.safe_load_all(f) if d is not None]
-
-
-def loopback_endpoints(text):
-    """The example config's engine addresses (10.0.0.x, never to be contacted from a test) replaced by
-    loopback ports where nothing listens (bound, read back, closed), one per address."""
-    import socket
-
-    def free(_m):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        return f"127.0.0.1:{port}"
-    out = re.sub(r"10\.0\.0\.\d+:\d+", free, text)
-    assert "10.0.0." not in out
-    return out
 
 
 class Install(unittest.TestCase):

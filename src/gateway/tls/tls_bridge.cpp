@@ -32,6 +32,23 @@ using tcp = asio::ip::tcp;
 namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// Accepts on `acceptor` until it closes; each connection gets a strand of its own and runs
+// `serve(socket)` there (both bridges, client side and engine side).
+template <class Serve>
+asio::awaitable<void> accept_each(tcp::acceptor& acceptor, Serve serve) {
+  while (acceptor.is_open()) {
+    auto strand = asio::make_strand(acceptor.get_executor());
+    tcp::socket s(strand);
+    auto [ec] = co_await acceptor.async_accept(s, use_tuple);
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
+      continue;
+    }
+    asio::co_spawn(strand, serve(std::move(s)), asio::detached);
+  }
+}
+
 constexpr size_t kRelayBuffer = 16u << 10;
 constexpr int kThreads = 2;
 
@@ -242,19 +259,9 @@ class Bridges {
       acceptor.bind(at);
       acceptor.listen(asio::socket_base::max_listen_connections);
     }
-    void start() { asio::co_spawn(acceptor.get_executor(), accept_loop(), asio::detached); }
-
-    asio::awaitable<void> accept_loop() {
-      while (acceptor.is_open()) {
-        auto strand = asio::make_strand(acceptor.get_executor());
-        tcp::socket s(strand);
-        auto [ec] = co_await acceptor.async_accept(s, use_tuple);
-        if (ec) {
-          if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
-          continue;
-        }
-        asio::co_spawn(strand, serve(std::move(s)), asio::detached);
-      }
+    void start() {
+      asio::co_spawn(acceptor.get_executor(),
+                     accept_each(acceptor, [this](tcp::socket s) { return serve(std::move(s)); }), asio::detached);
     }
 
     asio::awaitable<void> serve(tcp::socket s) {
@@ -311,19 +318,9 @@ class Bridges {
       acceptor.listen(asio::socket_base::max_listen_connections);
       local = Address{"127.0.0.1", acceptor.local_endpoint().port()};
     }
-    void start() { asio::co_spawn(acceptor.get_executor(), accept_loop(), asio::detached); }
-
-    asio::awaitable<void> accept_loop() {
-      while (acceptor.is_open()) {
-        auto strand = asio::make_strand(acceptor.get_executor());
-        tcp::socket s(strand);
-        auto [ec] = co_await acceptor.async_accept(s, use_tuple);
-        if (ec) {
-          if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
-          continue;
-        }
-        asio::co_spawn(strand, serve(std::move(s)), asio::detached);
-      }
+    void start() {
+      asio::co_spawn(acceptor.get_executor(),
+                     accept_each(acceptor, [this](tcp::socket s) { return serve(std::move(s)); }), asio::detached);
     }
 
     asio::awaitable<void> serve(tcp::socket plain) {
