@@ -9,7 +9,10 @@ dir=${SLUICE_FUZZ_BUILD_DIR:-$root/build-fuzz}
 secs=${FUZZ_SECONDS:-20}
 "$root/scripts/install-deps.sh"
 if [ ! -f "$dir/build.ninja" ]; then
-  CC=clang CXX=clang++ cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_FUZZ=ON >/dev/null
+  # OSS-Fuzz's flags (-O1, line tables only): fast enough to fuzz, about half the compile time
+  # of RelWithDebInfo's -O2 -g.
+  CC=clang CXX=clang++ cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DSLUICE_FUZZ=ON >/dev/null
 fi
 ninja -C "$dir"
 status=0
