@@ -25,8 +25,8 @@ if [ ! -f "$dir/build.ninja" ]; then
   cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON \
     -DCMAKE_CXX_FLAGS_DEBUG=-g1 >/dev/null
 fi
-# What the tests run (not sluice_microbench, which `all` would also build).
-ninja -C "$dir" sluice sluice_tests
+# What the tests run, and the microbenchmarks (so that they keep compiling: CI builds only this tree).
+ninja -C "$dir" sluice sluice_tests sluice_microbench
 phase "build done"
 
 logs="$dir/sanitizer-logs"
