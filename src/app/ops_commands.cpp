@@ -1,6 +1,7 @@
 #include "app/ops_commands.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -42,8 +43,10 @@ void print_summary(const std::string& path, const Config& cfg) {
     add("output tokens/min", t.limits.output_tokens_per_min);
     add("tokens/day", t.limits.tokens_per_day);
     add("max concurrent", t.limits.max_concurrent);
-    fmt::print("  tenant {} ({} keys, priority {}, weight {}{}{})\n", t.name, t.key_sha256_hex.size(), t.priority, t.weight,
-               limits.empty() ? "" : "; ", limits.empty() ? "no limits" : limits);
+    std::string models = "every model";
+    if (!t.allowed_models.empty()) models = "models " + fmt::format("{}", fmt::join(t.allowed_models, ", "));
+    fmt::print("  tenant {} ({} keys, priority {}, weight {}; {}; {})\n", t.name, t.key_sha256_hex.size(), t.priority,
+               t.weight, limits.empty() ? "no limits" : limits, models);
   }
   if (!a.tenants.anonymous_tenant.empty())
     fmt::print("  requests without a key: tenant {}\n", a.tenants.anonymous_tenant);

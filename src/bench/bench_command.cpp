@@ -63,14 +63,19 @@ PrefixCounters read_counters(const std::vector<std::string>& urls) {
 }
 
 // The first model GET <url>/v1/models lists, for a run without --model (a workload's own base
-// model name is rarely one the gateway serves); "" when the listing cannot be read.
-std::string first_listed_model(const std::string& url) {
+// model name is rarely one the gateway serves); "" when the listing cannot be read (said on
+// stderr). With tenants the listing needs a key: --api-key's, and it lists that key's models.
+std::string first_listed_model(const std::string& url, const std::string& api_key) {
   std::string err;
   std::string base = url;
   while (!base.empty() && base.back() == '/') base.pop_back();
   if (base.size() >= 3 && base.compare(base.size() - 3, 3, "/v1") == 0) base.resize(base.size() - 3);
-  const auto text = bench::http_get(base + "/v1/models", err);
-  if (!err.empty()) return {};
+  const auto text = bench::http_get(base + "/v1/models", err, std::chrono::seconds(5), api_key);
+  if (!err.empty()) {
+    fmt::print(stderr, "bench: no --model and {}/v1/models cannot be read ({}{}): sending the workload's model names\n",
+               base, err, err == "status 401" && api_key.empty() ? "; the gateway wants a key: --api-key" : "");
+    return {};
+  }
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
   if (parser.parse(text).get(doc)) return {};
@@ -89,7 +94,7 @@ int run(const Flags& f_in) {
     return 2;
   }
   if (f.model.empty()) {
-    f.model = first_listed_model(f.url);
+    f.model = first_listed_model(f.url, f.api_key);
     if (!f.model.empty())
       fmt::print(stderr, "bench: no --model: sending `{}`, the first model {}/v1/models lists\n", f.model, f.url);
   }

@@ -251,7 +251,8 @@ LoadResult run_load(workload::Workload& wl, const LoadOptions& opt) {
 
 namespace {
 
-asio::awaitable<void> get_once(HttpUrl target, Duration timeout, std::string& body, std::string& error) {
+asio::awaitable<void> get_once(HttpUrl target, Duration timeout, std::string api_key, std::string& body,
+                               std::string& error) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
   auto [rec, eps] = co_await resolver.async_resolve(target.host, std::to_string(target.port), tuple_awaitable);
@@ -269,6 +270,7 @@ asio::awaitable<void> get_once(HttpUrl target, Duration timeout, std::string& bo
   http::request<http::empty_body> req{http::verb::get, target.target.empty() ? "/" : target.target, 11};
   req.set(http::field::host, target.host);
   req.set(http::field::connection, "close");
+  if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
   auto [wec, wn] = co_await http::async_write(stream, req, tuple_awaitable);
   if (wec) {
     error = "write: " + wec.message();
@@ -291,12 +293,12 @@ asio::awaitable<void> get_once(HttpUrl target, Duration timeout, std::string& bo
 
 }  // namespace
 
-std::string http_get(const std::string& url, std::string& error, Duration timeout) {
+std::string http_get(const std::string& url, std::string& error, Duration timeout, const std::string& api_key) {
   auto t = parse_http_url(url, error);
   if (!t) return "";
   asio::io_context io;
   std::string body;
-  asio::co_spawn(io, get_once(std::move(*t), timeout, body, error), asio::detached);
+  asio::co_spawn(io, get_once(std::move(*t), timeout, api_key, body, error), asio::detached);
   io.run();
   return body;
 }

@@ -47,6 +47,8 @@ struct LoadResult {
 LoadResult run_load(workload::Workload& wl, const LoadOptions& opt);
 
 // GET http://host:port/path (small bodies, e.g. /metrics); empty on failure, with `error` set.
-std::string http_get(const std::string& url, std::string& error, Duration timeout = std::chrono::seconds(5));
+// `api_key` non-empty: sent as `Authorization: Bearer <key>` (a gateway with tenants).
+std::string http_get(const std::string& url, std::string& error, Duration timeout = std::chrono::seconds(5),
+                     const std::string& api_key = {});
 
 }  // namespace sluice::bench

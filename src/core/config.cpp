@@ -378,6 +378,19 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   if (admission.spec.enabled) {
     auto registry = TenantRegistry::build(admission.spec.tenants);
     if (!registry.registry) throw ConfigError(registry.error);
+    // A tenant's model names are client-facing names of `models:` (a misspelt one would silently
+    // allow nothing, or limit nothing).
+    const auto& tenants = admission.spec.tenants.tenants;
+    for (size_t i = 0; i < tenants.size(); ++i) {
+      for (size_t m = 0; m < tenants[i].allowed_models.size(); ++m)
+        if (!cfg->find_model(tenants[i].allowed_models[m]))
+          fail(fmt::format("tenants[{}].allowed_models[{}]", i, m),
+               "unknown model '" + tenants[i].allowed_models[m] + "' (not in models:)");
+      for (size_t m = 0; m < tenants[i].model_limits.size(); ++m)
+        if (!cfg->find_model(tenants[i].model_limits[m].model))
+          fail(fmt::format("tenants[{}].models[{}].model", i, m),
+               "unknown model '" + tenants[i].model_limits[m].model + "' (not in models:)");
+    }
   }
   if (const auto& r = root["redis"]) {
     // The section's own keys first, so that `validate` names a misspelt one in any config.

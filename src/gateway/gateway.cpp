@@ -1,5 +1,6 @@
 #include "gateway/gateway.h"
 
+#include "core/metrics/model_labels.h"
 #include "core/prom_writer.h"
 
 #include <fmt/format.h>
@@ -22,11 +23,14 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
                         "name, later ones other; - before or without authentication).",
                         {"pool", "reason", "tenant"})),
       cancellations(r.counter("sluice_cancellations_total", "Client disconnects by phase.", {"phase"})),
-      duration(r.histogram("sluice_request_duration_seconds", "End-to-end request duration at the gateway.", {"pool"},
-                           duration_buckets())),
-      ttft(r.histogram("sluice_ttft_seconds", "Gateway-measured time to first token.", {"pool"}, ttft_buckets())),
-      itl(r.histogram("sluice_itl_seconds", "Gateway-measured gap between streamed token events.", {"pool"},
-                      itl_buckets())),
+      duration(r.histogram("sluice_request_duration_seconds",
+                           "End-to-end request duration at the gateway (model: the base model served, adapter: the "
+                           "LoRA adapter or -; configured names only).",
+                           {"pool", "model", "adapter"}, duration_buckets())),
+      ttft(r.histogram("sluice_ttft_seconds", "Gateway-measured time to first token.", {"pool", "model", "adapter"},
+                       ttft_buckets())),
+      itl(r.histogram("sluice_itl_seconds", "Gateway-measured gap between streamed token events.",
+                      {"pool", "model", "adapter"}, itl_buckets())),
       pick(r.histogram("sluice_pick_duration_seconds", "Picker decision time (ranking every endpoint).", {"pool"},
                        pick_buckets())),
       overhead_family(r.histogram("sluice_gateway_overhead_seconds",
@@ -108,13 +112,13 @@ void Gateway::complete(const RequestRecord& r, const Generation& gen) {
     if (r.status >= 400) access_log_.write(r);
     return;
   }
-  if (r.outcome == Outcome::ok && r.status == 200) {
-    auto it = gen.ok_requests.find(r.model);
-    const PoolRuntime* pool = gen.pool(r.pool);
-    if (it != gen.ok_requests.end() && pool) {
+  // The model's latency series once it resolved to a pool; null: not (yet) a configured model.
+  const ModelSeries* series = r.pool.empty() ? nullptr : gen.series_for(r.model);
+  if (r.outcome == Outcome::ok && r.status == 200 && series) {
+    if (auto it = gen.ok_requests.find(r.model); it != gen.ok_requests.end()) {
       it->second->inc();
-      pool->series.duration->observe(to_seconds(r.duration));
-      if (r.ttft) pool->series.ttft->observe(to_seconds(*r.ttft));
+      series->duration->observe(to_seconds(r.duration));
+      if (r.ttft) series->ttft->observe(to_seconds(*r.ttft));
       access_log_.write(r);
       return;
     }
@@ -124,8 +128,10 @@ void Gateway::complete(const RequestRecord& r, const Generation& gen) {
   // Model names are client-chosen: only configured ones become label values (bounded cardinality).
   const std::string_view model = r.model.empty() || !gen.ok_requests.contains(r.model) ? std::string_view("-") : std::string_view(r.model);
   metrics_.requests.with({pool, model, status, to_string(r.outcome)}).inc();
-  metrics_.duration.with({pool}).observe(to_seconds(r.duration));
-  if (r.ttft) metrics_.ttft.with({pool}).observe(to_seconds(*r.ttft));
+  // Model names are client-chosen: one that did not resolve is "-" (core/metrics/model_labels.h).
+  constexpr std::string_view none = kUnresolvedModelLabel;
+  (series ? *series->duration : metrics_.duration.with({pool, none, none})).observe(to_seconds(r.duration));
+  if (r.ttft) (series ? *series->ttft : metrics_.ttft.with({pool, none, none})).observe(to_seconds(*r.ttft));
   if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, to_string(r.reason), reject_tenant_label(r)}).inc();
   if (r.outcome == Outcome::client_cancelled)
     metrics_.cancellations.with({r.reason == Reason::cancelled_queued ? "queued" : r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();

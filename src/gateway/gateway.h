@@ -35,11 +35,11 @@ struct GatewayMetrics {
   explicit GatewayMetrics(MetricsRegistry& r);
   Histogram& overhead(OverheadPhase p) { return *overhead_series[static_cast<size_t>(p)]; }
   CounterFamily& requests;       // pool, model, status, outcome
-  CounterFamily& rejects;        // pool, reason
+  CounterFamily& rejects;        // pool, reason, tenant
   CounterFamily& cancellations;  // phase
-  HistogramFamily& duration;     // pool
-  HistogramFamily& ttft;         // pool
-  HistogramFamily& itl;          // pool
+  HistogramFamily& duration;     // pool, model, adapter (core/metrics/model_labels.h)
+  HistogramFamily& ttft;         // pool, model, adapter
+  HistogramFamily& itl;          // pool, model, adapter
   HistogramFamily& pick;         // pool
   HistogramFamily& overhead_family;                 // phase
   std::array<Histogram*, kOverheadPhases> overhead_series;  // resolved once

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/metrics/model_labels.h"
 #include "core/openai/models_list.h"
 #include "core/picker/policy_factory.h"
 #include "gateway/admission_driver.h"
@@ -56,8 +57,7 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
       if (it != previous->pools.end() && it->second->config().fingerprint == pc.fingerprint) reuse = it->second;
     }
     if (!reuse) {
-      PoolSeries series{&in.duration.with({pc.name}), &in.ttft.with({pc.name}), &in.itl.with({pc.name}),
-                        &in.pick.with({pc.name})};
+      PoolSeries series{&in.pick.with({pc.name})};
       reuse = std::make_shared<PoolRuntime>(pc, next_runtime_id.fetch_add(1), seed++, series);
       // A changed pool (an endpoint added or removed, a limit changed) keeps the cache affinity
       // learned for the endpoints it still has.
@@ -77,6 +77,10 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
   gen->models_created = created;
   for (const auto& m : config->models)
     gen->ok_requests.emplace(m.name, &in.requests.with({m.pool, m.name, "200", "ok"}));
+  for (const auto& [name, l] : model_labels(*config)) {
+    const std::initializer_list<std::string_view> labels{l.pool, l.model, l.adapter};
+    gen->model_series.emplace(name, ModelSeries{&in.duration.with(labels), &in.ttft.with(labels), &in.itl.with(labels)});
+  }
   gen->admission = make_admission(in.admission, *config, previous, error);
   if (!gen->admission) return nullptr;
   return gen;

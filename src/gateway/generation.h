@@ -31,10 +31,16 @@ class KvEventSubscriber;
 struct AdmissionHost;
 
 struct PoolSeries {
+  Histogram* pick;  // picker decision time
+};
+
+// The latency series of one configured model name ({pool, model, adapter}: core/metrics/
+// model_labels.h), resolved when the generation is built: a request looks its series up once,
+// never per token.
+struct ModelSeries {
   Histogram* duration;
   Histogram* ttft;
   Histogram* itl;
-  Histogram* pick;  // picker decision time
 };
 
 class PoolRuntime {
@@ -68,6 +74,13 @@ struct Generation {
   std::string models_json;
   int64_t models_created = 0;  // the `created` of every /v1/models entry
   std::map<std::string, Counter*, std::less<>> ok_requests;  // model -> {status 200, outcome ok}
+  std::map<std::string, ModelSeries, std::less<>> model_series;  // configured model name -> its series
+
+  // The series of configured model `name`, or null (not configured).
+  const ModelSeries* series_for(std::string_view name) const {
+    auto it = model_series.find(name);
+    return it == model_series.end() ? nullptr : &it->second;
+  }
 
   PoolRuntime* pool(std::string_view name) const {
     auto it = pools.find(name);
@@ -82,9 +95,9 @@ struct Generation {
 // What a generation is built from besides its config: the metric families its series live in,
 // the admission layer's view of the process, and the seed of the pools' policies.
 struct GenerationInputs {
-  HistogramFamily& duration;
-  HistogramFamily& ttft;
-  HistogramFamily& itl;
+  HistogramFamily& duration;  // pool, model, adapter
+  HistogramFamily& ttft;      // pool, model, adapter
+  HistogramFamily& itl;       // pool, model, adapter
   HistogramFamily& pick;
   CounterFamily& requests;
   const AdmissionHost& admission;

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/admission/tenants.h"
+#include "core/openai/models_list.h"
 #include "core/openai/response_fields.h"
 #include "core/openai/sse.h"
 #include "core/picker/pool_router.h"
@@ -197,10 +198,12 @@ asio::awaitable<bool> RequestLife::run() {
   }
 
   // ---- resolve the model: alias, adapter, pool; the API kind it serves ----
-  route_ = gen_->config->find_model(model_->model);
+  // A model outside the tenant's allow-list is answered as unknown (its existence is not revealed).
+  route_ = visible_model(*gen_->config, auth.tenant, model_->model);
   if (!route_)
     co_return co_await reject(api_error(404, fmt::format("The model `{}` does not exist.", truncate_echo(model_->model, kMaxEchoedModel)),
-                                        "invalid_request_error", "model", "model_not_found"), Reason::unknown_model);
+                                        "invalid_request_error", "model", "model_not_found"),
+                              gen_->config->find_model(model_->model) ? Reason::model_not_allowed : Reason::unknown_model);
   rec_.pool = route_->pool;
   pool_ = gen_->pool(route_->pool);
   router_ = &pool_->router;
@@ -208,7 +211,8 @@ asio::awaitable<bool> RequestLife::run() {
   if (!any_pool_kind(kind_) && embedding_pool != needs_pooling_pool(kind_))
     co_return co_await reject(api_error(400, fmt::format("The model `{}` does not support {}.", model_->model, api_name(kind_)),
                                         "invalid_request_error", "model", "model_not_supported"), Reason::wrong_api);
-  itl_ = pool_->series.itl;
+  // The model's ITL series, resolved once: the per-token path only observes into it.
+  if (const ModelSeries* series = gen_->series_for(route_->name)) itl_ = series->itl;
 
   // ---- admit: budgets, concurrency, the gateway queue (waits while the pool is at its cap) ----
   AdmitResult admitted;
@@ -639,7 +643,7 @@ void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
     } else {
       const auto gap = now - last_token_;
       rec_.max_gap = std::max<Duration>(rec_.max_gap, gap);
-      itl_->observe(to_seconds(gap));
+      if (itl_) itl_->observe(to_seconds(gap));
     }
     last_token_ = now;
     ++unflushed_tokens_;

@@ -73,6 +73,15 @@ TEST(Config, ErrorsNameTheField) {
   expect_error(pools + "models: [{name: m, pool: p}, {name: m, pool: p}]\n", "models[1].name: duplicate");
   expect_error(pools + "models: [{name: m}]\n", "models[0].pool: is required");
   expect_error("pools: [{name: p, endpoints: ['127.0.0.1:1'], engine: tgi}]\n" + models, "unknown engine 'tgi'");
+  // A tenant's model names must be configured ones (a typo would silently allow or limit nothing).
+  expect_error(pools + models + "tenants: [{name: t, allowed_models: [m, n]}]\n",
+               "tenants[0].allowed_models[1]: unknown model 'n' (not in models:)");
+  expect_error(pools + models + "tenants: [{name: t, allowed_models: [m, m]}]\n",
+               "tenants[0].allowed_models[1]: duplicate model 'm'");
+  expect_error(pools + models + "tenants: [{name: t, allowed_models: m}]\n",
+               "tenants[0].allowed_models: expected a non-empty list");
+  expect_error(pools + models + "tenants: [{name: t, models: [{model: x, limits: {requests_per_min: 1}}]}]\n",
+               "tenants[0].models[0].model: unknown model 'x'");
 }
 
 TEST(Config, DefaultYamlIsValid) {

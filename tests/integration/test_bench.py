@@ -6,6 +6,8 @@
      replicas' /metrics for the engine-reported prefix hit rate.
   3. `sluice bench` at a closed port: every request is recorded as a failure, the run still reports.
   4. Bad arguments are refused with a message.
+  5. `sluice bench` without --model at a gateway with tenants: /v1/models is read with --api-key and
+     the key's first allowed model is sent; without a key it says the gateway wants one.
 
 Run: python3 tests/integration/test_bench.py --sluice build/sluice
 """
@@ -145,6 +147,42 @@ def test_failures(sluice):
     log("ok: failures recorded, bad arguments refused")
 
 
+def test_tenant_gateway(sluice):
+    import hashlib
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gateway_harness import FakeUpstream, Gateway
+    up = FakeUpstream()
+    key_hash = hashlib.sha256(b"bench-key").hexdigest()
+    gw = None
+    try:
+        gw = Gateway(sluice, f"""listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+pools:
+  - {{name: p, endpoints: [127.0.0.1:{up.port}]}}
+models:
+  - {{name: m-a, pool: p}}
+  - {{name: m-b, pool: p}}
+tenants:
+  - {{name: t, key_sha256: {key_hash}, allowed_models: [m-b]}}
+""")
+        url = f"http://127.0.0.1:{gw.port}"
+        p = subprocess.run([sluice, "bench", "--url", url, "--api-key", "bench-key", "--rates", "20", "--requests", "3",
+                            "--json"], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0 and "sending `m-b`" in p.stderr, f"with a key: rc {p.returncode}, {p.stderr[-1000:]!r}")
+        f = json.loads(p.stdout.splitlines()[0])["figures"]
+        check(f["ok"] == 3, f"with a key: {f['by_status']}")
+        p = subprocess.run([sluice, "bench", "--url", url, "--rates", "20", "--requests", "1", "--json"],
+                           capture_output=True, text=True, timeout=60)
+        check("status 401" in p.stderr and "--api-key" in p.stderr, f"without a key: {p.stderr[-1000:]!r}")
+    finally:
+        if gw:
+            gw.stop()
+        up.stop()
+    log("ok: bench reads the key's models from a gateway with tenants")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", required=True)
@@ -153,6 +191,7 @@ def main():
     test_fleetsim(a.sluice)
     test_live(a.sluice)
     test_failures(a.sluice)
+    test_tenant_gateway(a.sluice)
     log(f"PASSED in {time.time() - t0:.1f} s")
 
 

@@ -90,6 +90,9 @@ tenants:
   - name: team
     key_sha256: [{sha("key-team")}]
   - name: guest
+  - name: narrow
+    key_sha256: [{sha("key-narrow")}]
+    allowed_models: [llama-3-8b]
 admission:
   anonymous_tenant: guest
   queue: {{ttl_ms: 300}}
@@ -205,6 +208,14 @@ admission:
         res, send, _, _ = self.envoy.decide("/v1/chat/completions", chat("no-such-model", "hi"))
         send(None)
         self.assertEqual(res.immediate[0], 404)
+        unknown = res.immediate[2]
+        # A model outside the tenant's allowed_models: the unknown model's answer, word for word.
+        res, send, _, _ = self.envoy.decide("/v1/chat/completions", chat("tiny-model", "hi"),
+                                            headers=[("authorization", "Bearer key-narrow")])
+        send(None)
+        self.assertEqual(res.immediate[0], 404)
+        self.assertEqual(res.immediate[2].replace(b"tiny-model", b"no-such-model"), unknown)
+        self.wait_metric("sluice_rejects_total", 1, reason="model_not_allowed", tenant="narrow")
 
     def test_shed_then_reset_releases(self):
         tiny = f'endpoint="127.0.0.1:{self.tiny_port}"'

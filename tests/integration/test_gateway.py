@@ -372,8 +372,9 @@ class DataPath(unittest.TestCase):
         s, text = self.gw.admin("/metrics")
         self.assertEqual(s, 200)
         self.assertRegex(text, r'sluice_requests_total\{pool="chat",model="%s",status="200",outcome="ok"\} [1-9]' % re.escape(TARGET))
-        self.assertIn('sluice_request_duration_seconds_bucket{pool="chat",le="+Inf"}', text)
-        self.assertIn('sluice_ttft_seconds_count{pool="chat"}', text)
+        labels = 'pool="chat",model="%s",adapter="-"' % TARGET
+        self.assertIn('sluice_request_duration_seconds_bucket{%s,le="+Inf"}' % labels, text)
+        self.assertIn('sluice_ttft_seconds_count{%s}' % labels, text)
         self.assertRegex(text, r'sluice_picks_total\{pool="chat",endpoint="127.0.0.1:\d+"\} [1-9]')
         self.assertIn("sluice_endpoint_inflight_requests{", text)
         self.assertEqual(self.gw.request("GET", "/metrics")[0], 404, "metrics live on the admin port only")

@@ -91,6 +91,13 @@ class Validate(unittest.TestCase):
         ("a key given twice", dict(pool_extra="    policy: sluice\n    policy: llmd_default\n"), "pools[0].policy: duplicate key"),
         ("retry out of range", dict(pool_extra="    retry: {budget_ratio: 2}\n"), "pools[0].retry.budget_ratio: must be between 0 and 1"),
         ("model in an unknown pool", dict(extra="  - {name: m2, pool: nope}\n"), "models[1].pool: unknown pool 'nope'"),
+        ("allow-list naming an unknown model", dict(extra="tenants:\n  - {name: a, allowed_models: [m1, m9]}\n"),
+         "tenants[0].allowed_models[1]: unknown model 'm9'"),
+        ("per-model limit on an unknown model",
+         dict(extra="tenants:\n  - {name: a, models: [{model: ghost, limits: {requests_per_min: 5}}]}\n"),
+         "tenants[0].models[0].model: unknown model 'ghost'"),
+        ("empty allow-list", dict(extra="tenants:\n  - {name: a, allowed_models: []}\n"),
+         "tenants[0].allowed_models: expected a non-empty list"),
     ]
 
     def test_each_broken_config_fails_naming_its_key(self):
@@ -160,7 +167,7 @@ tenants:
                     finally:
                         gw.stop()
             code, out, _ = validate(ok[2])
-            self.assertIn("tenant acme (1 keys, priority 2, weight 1; requests/min 5)", out)
+            self.assertIn("tenant acme (1 keys, priority 2, weight 1; requests/min 5; every model)", out)
             self.assertIn("requests without a key: refused (401)", out)
             code, out, _ = validate(ok[0])
             self.assertIn("tenants: none", out)
@@ -261,6 +268,98 @@ class AccessLogAndRejects(unittest.TestCase):
         _, text = self.gw.admin("/metrics")
         self.assertEqual(metric_value(text, "sluice_rejects_total", reason="rate_limit", tenant="acme"), 1)
         self.assertEqual(metric_value(text, "sluice_rejects_total", reason="unauthorized", tenant="-"), 1)
+
+
+class ModelAccess(unittest.TestCase):
+    """With tenants, /v1/models needs a key like every API route; a tenant's allowed_models is what it
+    sees and may use (any other model: the unknown model's 404); latency series by model/adapter."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = FakeUpstream()
+        extra = f"""  - {{name: m1-latest, alias_of: {MODEL}}}
+  - {{name: lora-a, adapter_of: {MODEL}}}
+  - {{name: m2, pool: p}}
+tenants:
+  - {{name: acme, key_sha256: {sha('acme-key')}, allowed_models: [{MODEL}, lora-a]}}
+  - {{name: beta, key_sha256: {sha('beta-key')}}}
+"""
+        cls.text = base_config(cls.up.port, extra=extra)
+        cls.gw = Gateway(SLUICE, cls.text)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+        cls.up.stop()
+
+    def test_validate_summarises_the_allow_lists(self):
+        code, out, err = validate(self.text)
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"tenant acme (1 keys, priority 0, weight 1; no limits; models {MODEL}, lora-a)", out)
+        self.assertIn("tenant beta (1 keys, priority 0, weight 1; no limits; every model)", out)
+
+    def get(self, path, key=None):
+        status, _, body = self.gw.request("GET", path, None, {"authorization": f"Bearer {key}"} if key else {})
+        return status, json.loads(body)
+
+    def post(self, model, key, stream=False):
+        body = json.dumps({"model": model, "max_tokens": 4, "stream": stream,
+                           "messages": [{"role": "user", "content": "hi"}]})
+        status, _, data = self.gw.request("POST", "/v1/chat/completions", body, {"authorization": f"Bearer {key}"})
+        return status, data
+
+    def test_models_need_a_key_and_list_the_tenants_models(self):
+        for path in ("/v1/models", f"/v1/models/{MODEL}"):
+            status, body = self.get(path)
+            self.assertEqual((status, body["error"]["code"]), (401, "missing_api_key"), path)
+            status, body = self.get(path, "wrong-key")
+            self.assertEqual((status, body["error"]["code"]), (401, "invalid_api_key"), path)
+        status, body = self.get("/v1/models", "acme-key")
+        self.assertEqual(status, 200)
+        self.assertEqual([m["id"] for m in body["data"]], [MODEL, "lora-a"])
+        status, body = self.get("/v1/models", "beta-key")
+        self.assertEqual([m["id"] for m in body["data"]], [MODEL, "m1-latest", "lora-a", "m2"])
+        self.assertEqual(self.get("/v1/models/lora-a", "acme-key")[1]["parent"], MODEL)
+        # Not the tenant's: the very answer an unconfigured name gets (existence not revealed).
+        hidden, unknown = self.get("/v1/models/m2", "acme-key"), self.get("/v1/models/zz", "acme-key")
+        self.assertEqual((hidden[0], hidden[1]["error"]["code"]), (404, "model_not_found"))
+        self.assertEqual(json.dumps(hidden[1]).replace("m2", "zz"), json.dumps(unknown[1]))
+        self.assertEqual(self.get("/v1/models/m2", "beta-key")[0], 200)
+
+    def test_requests_for_models_outside_the_allow_list_are_unknown(self):
+        before = metric_value(self.gw.admin("/metrics")[1], "sluice_rejects_total", reason="model_not_allowed",
+                              tenant="acme") or 0
+        hidden, unknown = self.post("m2", "acme-key"), self.post("zz", "acme-key")
+        self.assertEqual(hidden[0], 404)
+        self.assertEqual(json.loads(hidden[1])["error"]["code"], "model_not_found")
+        self.assertEqual(hidden[1].replace(b"m2", b"zz"), unknown[1])
+        self.assertEqual(self.post("m1-latest", "acme-key")[0], 404, "an alias is its own name")
+        self.assertEqual(self.post("lora-a", "acme-key")[0], 200)
+        self.assertEqual(self.post("m2", "beta-key")[0], 200)
+        recs = [r for r in self.gw.access_records(min_count=1) if r["path"] == "/v1/chat/completions"]
+        by_model = {(r["model"], r["tenant"]): r for r in recs}
+        self.assertEqual(by_model[("m2", "acme")]["reason"], "model_not_allowed")
+        self.assertEqual(by_model[("zz", "acme")]["reason"], "unknown_model")
+        text = self.gw.admin("/metrics")[1]
+        self.assertEqual(metric_value(text, "sluice_rejects_total", reason="model_not_allowed", tenant="acme"), before + 2)
+
+    def test_latency_series_by_model_and_adapter(self):
+        text = self.gw.admin("/metrics")[1]
+        base = dict(pool="p", model=MODEL, adapter="-")
+        lora = dict(pool="p", model=MODEL, adapter="lora-a")
+        b0 = metric_value(text, "sluice_ttft_seconds_count", **base) or 0
+        l0 = metric_value(text, "sluice_ttft_seconds_count", **lora) or 0
+        i0 = metric_value(text, "sluice_itl_seconds_count", **lora) or 0
+        for model in (MODEL, "m1-latest", "lora-a"):  # the alias counts as its target
+            self.assertEqual(self.post(model, "beta-key", stream=True)[0], 200)
+        self.post("zz", "beta-key")
+        text = self.gw.admin("/metrics")[1]
+        self.assertEqual(metric_value(text, "sluice_ttft_seconds_count", **base), b0 + 2)
+        self.assertEqual(metric_value(text, "sluice_ttft_seconds_count", **lora), l0 + 1)
+        self.assertGreaterEqual(metric_value(text, "sluice_itl_seconds_count", **lora), i0 + 4)  # 5 chunks, 4 gaps
+        self.assertGreaterEqual(metric_value(text, "sluice_request_duration_seconds_count", pool="-", model="-", adapter="-"), 1)
+        # Only configured names (and "-") become label values: the client's "zz" never does.
+        self.assertNotIn('model="zz"', text)
 
 
 class UpstreamAuth(unittest.TestCase):

@@ -126,6 +126,20 @@ def main():
     for a in sorted(set(re.findall(r"docs/operations\.md#([a-z0-9-]+)", rules))):
         if a not in anchors:
             failures.append(f"alert rules link docs/operations.md#{a}, which has no such heading")
+    # Every alert has a runbook_url: its own section (the alert's name as the heading).
+    alerts = re.split(r"(?=^      - alert: )", rules, flags=re.M)[1:]
+    for block in alerts:
+        name = re.match(r"      - alert: (\S+)", block).group(1)
+        url = re.search(r'^          runbook_url: "([^"]*)"', block, re.M)
+        if not url:
+            failures.append(f"alert {name} has no runbook_url annotation")
+        elif url.group(1) != f"docs/operations.md#{name.lower()}":
+            failures.append(f"alert {name}: runbook_url {url.group(1)} is not docs/operations.md#{name.lower()}")
+        elif name.lower() not in anchors:
+            failures.append(f"alert {name}: docs/operations.md has no section '### {name}'")
+    print(f"alerts with a runbook section in docs/operations.md: {len(alerts)}")
+    if len(alerts) < 12:
+        failures.append(f"expected at least 12 alerts, found {len(alerts)}")
 
     if failures:
         print("\n".join(failures))

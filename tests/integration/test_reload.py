@@ -198,7 +198,7 @@ class Reload(unittest.TestCase):
         # The new model name is served and listed.
         self.assertEqual(request(self.conn(), "small-v2", max_tokens=4)[0], 200)
         c = self.conn()
-        c.request("GET", "/v1/models")
+        c.request("GET", "/v1/models", headers={"authorization": "Bearer key-acme"})  # tenants: a key
         self.assertIn("small-v2", [m["id"] for m in json.loads(c.getresponse().read())["data"]])
         # The unchanged pool kept its runtime: its pick counter was not reset.
         m = self.metrics()

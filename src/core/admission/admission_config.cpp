@@ -26,7 +26,7 @@ RateLimits parse_limits(const YAML::Node& n, const std::string& path) {
 }
 
 TenantSpec parse_tenant(const YAML::Node& n, const std::string& path) {
-  check_keys(n, path, {"name", "key_sha256", "priority", "weight", "limits", "models"});
+  check_keys(n, path, {"name", "key_sha256", "priority", "weight", "limits", "models", "allowed_models"});
   TenantSpec t;
   if (!n["name"]) fail(path + ".name", "required");
   t.name = get<std::string>(n["name"], path + ".name", "a string");
@@ -54,6 +54,11 @@ TenantSpec parse_tenant(const YAML::Node& n, const std::string& path) {
       if (ms[i]["limits"]) m.limits = parse_limits(ms[i]["limits"], mp + ".limits");
       t.model_limits.push_back(std::move(m));
     }
+  }
+  if (const auto& am = n["allowed_models"]) {
+    if (!am.IsSequence() || am.size() == 0) fail(path + ".allowed_models", "expected a non-empty list of model names");
+    for (size_t i = 0; i < am.size(); ++i)
+      t.allowed_models.push_back(get<std::string>(am[i], fmt::format("{}.allowed_models[{}]", path, i), "a model name"));
   }
   return t;
 }

@@ -78,6 +78,13 @@ const ModelLimits* Tenant::limits_for_model(std::string_view model) const {
   return nullptr;
 }
 
+bool Tenant::allows_model(std::string_view model) const {
+  if (allowed_models.empty()) return true;
+  for (const auto& m : allowed_models)
+    if (m == model) return true;
+  return false;
+}
+
 TenantRegistryResult TenantRegistry::build(const TenantsSpec& spec) {
   auto reg = std::make_shared<TenantRegistry>();
   std::unordered_set<std::string> names;
@@ -99,6 +106,13 @@ TenantRegistryResult TenantRegistry::build(const TenantsSpec& spec) {
       if (auto e = check_limits(t.model_limits[m].limits, mwhere + ".limits", false); !e.empty())
         return {nullptr, e};
     }
+    std::unordered_set<std::string> allowed;
+    for (size_t m = 0; m < t.allowed_models.size(); ++m) {
+      const std::string mwhere = fmt::format("{}.allowed_models[{}]", where, m);
+      if (t.allowed_models[m].empty()) return {nullptr, mwhere + ": must not be empty"};
+      if (!allowed.insert(t.allowed_models[m]).second)
+        return {nullptr, mwhere + ": duplicate model '" + t.allowed_models[m] + "'"};
+    }
     const TenantId id = static_cast<TenantId>(reg->tenants_.size());
     for (size_t k = 0; k < t.key_sha256_hex.size(); ++k) {
       Digest d;
@@ -111,7 +125,7 @@ TenantRegistryResult TenantRegistry::build(const TenantsSpec& spec) {
                                        k, e.tenant == id ? t.name : reg->tenants_[e.tenant].name)};
       bucket.push_back({d, id});
     }
-    reg->tenants_.push_back(Tenant{id, t.name, t.priority, t.weight, t.limits, t.model_limits});
+    reg->tenants_.push_back(Tenant{id, t.name, t.priority, t.weight, t.limits, t.model_limits, t.allowed_models});
   }
   if (!spec.anonymous_tenant.empty()) {
     reg->anonymous_ = reg->find(spec.anonymous_tenant);

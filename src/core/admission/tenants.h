@@ -17,6 +17,10 @@
  * tokens/day (input + output), max concurrent requests. Each rate is a GCRA bucket whose size is
  * one period's allowance. Per-model limits are a narrower scope checked in addition to the
  * tenant-wide limits for requests to that model. Defaults: priority 0, weight 1.
+ *
+ * Model allow-list (`allowed_models`, optional): the only model names the tenant may request or
+ * see listed; any other is answered as if it did not exist (404 model_not_found, never revealing
+ * that the name is configured). Absent = every configured model.
  */
 #pragma once
 #include <array>
@@ -54,6 +58,10 @@ struct TenantSpec {
   double weight = 1.0;                      // VTC fairness weight, > 0
   RateLimits limits;
   std::vector<ModelLimits> model_limits;
+  // The client-facing model names (as configured: an alias or an adapter is its own name) this
+  // tenant may use and see in /v1/models; empty = every model. Checked against the configured
+  // models at load (core/config.cpp).
+  std::vector<std::string> allowed_models;
 };
 
 struct TenantsSpec {
@@ -68,9 +76,12 @@ struct Tenant {
   double weight = 1.0;
   RateLimits limits;
   std::vector<ModelLimits> model_limits;
+  std::vector<std::string> allowed_models;  // empty = every model
 
   // The per-model scope for `model`, or nullptr.
   const ModelLimits* limits_for_model(std::string_view model) const;
+  // The tenant may use `model` (a client-facing name): no allow-list, or the name is on it.
+  bool allows_model(std::string_view model) const;
 };
 
 struct AuthResult {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/admission/tenants.h"
 #include "core/json_escape.h"
 
 namespace sluice {
@@ -19,10 +20,16 @@ void append_entry(std::string& out, const ModelRoute& m, int64_t created) {
 }
 }  // namespace
 
-std::string models_list_json(const Config& config, int64_t created) {
+const ModelRoute* visible_model(const Config& config, const Tenant* tenant, std::string_view name) {
+  const ModelRoute* m = config.find_model(name);
+  return m && (!tenant || tenant->allows_model(m->name)) ? m : nullptr;
+}
+
+std::string models_list_json(const Config& config, int64_t created, const Tenant* tenant) {
   std::string out = "{\"object\":\"list\",\"data\":[";
   bool first = true;
   for (const auto& m : config.models) {
+    if (tenant && !tenant->allows_model(m.name)) continue;
     if (!first) out.push_back(',');
     first = false;
     append_entry(out, m, created);
@@ -31,8 +38,9 @@ std::string models_list_json(const Config& config, int64_t created) {
   return out;
 }
 
-std::optional<std::string> model_json(const Config& config, std::string_view id, int64_t created) {
-  const ModelRoute* m = config.find_model(id);
+std::optional<std::string> model_json(const Config& config, std::string_view id, int64_t created,
+                                      const Tenant* tenant) {
+  const ModelRoute* m = visible_model(config, tenant, id);
   if (!m) return std::nullopt;
   std::string out;
   append_entry(out, *m, created);

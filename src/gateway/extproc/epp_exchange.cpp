@@ -9,7 +9,9 @@
 #include <boost/beast/http/fields.hpp>
 #include <fmt/format.h>
 
+#include "core/admission/tenants.h"
 #include "core/epp/epp_protocol.h"
+#include "core/openai/models_list.h"
 #include "core/openai/response_fields.h"
 #include "core/openai/sse.h"
 #include "gateway/gateway.h"
@@ -63,6 +65,7 @@ struct EppExchange::State {
   std::optional<RequestModel> model;
   const ModelRoute* route = nullptr;
   PoolRuntime* pool = nullptr;
+  Histogram* itl = nullptr;  // the model's ITL series, resolved once (generation.h)
   PickRequest pick;
   std::vector<Candidate> candidates;  // the allowed ones, best first
   DispatchGuard guard;
@@ -109,7 +112,7 @@ struct EppExchange::State {
       } else {
         const auto gap = now - last_token;
         rec.max_gap = std::max<Duration>(rec.max_gap, gap);
-        if (pool) pool->series.itl->observe(to_seconds(gap));
+        if (itl) itl->observe(to_seconds(gap));
       }
       last_token = now;
       ++unflushed;
@@ -263,14 +266,21 @@ std::optional<EppAnswer> EppExchange::State::prepare() {
     for (auto& [k, v] : auth.denial->headers()) h.emplace_back(std::string(k), std::move(v));
     return reject(auth.denial->error, Reason::unauthorized, std::move(h));
   }
+  if (admission.enforcing() && auth.tenant) {  // known from here on: every later line and reject names it
+    rec.tenant = auth.tenant->name;
+    rec.tenant_configured = true;
+    rec.priority = auth.tenant->priority;
+  }
 
   // ---- resolve: alias, adapter, pool ----
-  route = gen->config->find_model(model->model);
+  route = visible_model(*gen->config, auth.tenant, model->model);  // the tenant's allow-list too
   if (!route)
     return reject(api_error(404, fmt::format("The model `{}` does not exist.", truncate_echo(model->model, kMaxEchoedModel)),
-                               "invalid_request_error", "model", "model_not_found"), Reason::unknown_model, {});
+                               "invalid_request_error", "model", "model_not_found"),
+                  gen->config->find_model(model->model) ? Reason::model_not_allowed : Reason::unknown_model, {});
   rec.pool = route->pool;
   pool = gen->pool(route->pool);
+  if (const ModelSeries* series = gen->series_for(route->name)) itl = series->itl;
   PoolRouter& router = pool->router;
   if ((router.config().kind == PoolKind::embedding) != (kind == ApiKind::embedding))
     return reject(api_error(400, fmt::format("The model `{}` does not support {}.", model->model,
@@ -293,6 +303,8 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   PoolRouter& router = pool->router;
   auto phase = admit_started;
   observe(OverheadPhase::admit, phase);
+  rec.queue_time = admitted.queued;
+  if (enforcing || admit_request->priority) rec.priority = admitted.priority;
   if (admitted.client_left || (!admitted.denial && gone.load())) {
     ticket = std::move(admitted.ticket);
     std::lock_guard lock(mu);

@@ -16,6 +16,7 @@
 #include "gateway/http/http_util.h"
 #include "gateway/http/request_framing.h"
 #include "gateway/proxy.h"
+#include "core/admission/tenants.h"
 #include "core/openai/models_list.h"
 #include "gateway/server.h"
 
@@ -334,7 +335,8 @@ asio::awaitable<void> Session::run() {
 
     // The API listener's own answers pass the one completion path too (access log + metrics).
     const auto started = SteadyClock::now();
-    auto answer = [&](std::string response, int status, Reason reason) -> asio::awaitable<void> {
+    auto answer = [&](std::string response, int status, Reason reason,
+                      const Tenant* tenant = nullptr) -> asio::awaitable<void> {
       // HEAD: the head alone (its Content-Length still that of the body a GET would get).
       if (head) response.resize(std::min(response.size(), response.find("\r\n\r\n") + 4));
       co_await write(response);
@@ -347,8 +349,29 @@ asio::awaitable<void> Session::run() {
       r.status = status;
       r.outcome = status < 400 ? Outcome::ok : Outcome::rejected;
       r.reason = reason;
+      if (tenant) {  // a configured tenant's name (a bounded label value)
+        r.tenant = tenant->name;
+        r.tenant_configured = true;
+        r.priority = tenant->priority;
+      }
       r.duration = SteadyClock::now() - started;
       gw.complete(r);
+    };
+    // /v1/models with tenants: the key is checked as on every API route (401 otherwise), and the
+    // caller sees only the models its tenant may use. False: refused (answered here).
+    const Tenant* models_tenant = nullptr;
+    auto authorize_models = [&](const Generation& g) -> asio::awaitable<bool> {
+      models_tenant = nullptr;
+      if (!g.admission->enforcing()) co_return true;
+      AuthOutcome auth = g.admission->authenticate(req.base());
+      if (auth.denial) {
+        ResponseHeaders h;
+        for (auto& [k, v] : auth.denial->headers()) h.emplace_back(std::string(k), std::move(v));
+        co_await answer(error_response(auth.denial->error, keep_alive, h), auth.denial->error.status, Reason::unauthorized);
+        co_return false;
+      }
+      models_tenant = auth.tenant;
+      co_return true;
     };
     const auto not_allowed = [&](std::string_view use, const ResponseHeaders& allow) {
       return error_response(api_error(405, fmt::format("Method {} is not allowed on {}; use {}.",
@@ -369,18 +392,28 @@ asio::awaitable<void> Session::run() {
       } else {
         const auto generation = gw.current();
         const std::string id = decode_model_id(path.substr(11));
-        if (auto entry = model_json(*generation->config, id, generation->models_created))
-          co_await answer(simple_response(200, "application/json", *entry, keep_alive), 200, Reason::none);
-        else
-          co_await answer(error_response(api_error(404, fmt::format("The model `{}` does not exist.", truncate_echo(id)),
-                                                   "invalid_request_error", "model", "model_not_found"), keep_alive),
-                          404, Reason::unknown_model);
+        if (co_await authorize_models(*generation)) {
+          if (auto entry = model_json(*generation->config, id, generation->models_created, models_tenant))
+            co_await answer(simple_response(200, "application/json", *entry, keep_alive), 200, Reason::none, models_tenant);
+          else  // not configured, or not the tenant's: the same answer
+            co_await answer(error_response(api_error(404, fmt::format("The model `{}` does not exist.", truncate_echo(id)),
+                                                     "invalid_request_error", "model", "model_not_found"), keep_alive),
+                            404, generation->config->find_model(id) ? Reason::model_not_allowed : Reason::unknown_model,
+                            models_tenant);
+        }
       }
     } else if (path == "/v1/models" || path == "/healthz" || path == "/readyz") {
       if (method != http::verb::get && method != http::verb::head) {
         co_await answer(not_allowed("GET", allow_get), 405, Reason::method_not_allowed);
       } else if (path == "/v1/models") {
-        co_await answer(simple_response(200, "application/json", gw.current()->models_json, keep_alive), 200, Reason::none);
+        const auto generation = gw.current();
+        if (co_await authorize_models(*generation)) {
+          std::string narrowed;  // a tenant with an allow-list: its own list; else the generation's
+          if (models_tenant && !models_tenant->allowed_models.empty())
+            narrowed = models_list_json(*generation->config, generation->models_created, models_tenant);
+          const std::string_view list = narrowed.empty() ? std::string_view(generation->models_json) : narrowed;
+          co_await answer(simple_response(200, "application/json", list, keep_alive), 200, Reason::none, models_tenant);
+        }
       } else if (path == "/healthz") {
         co_await answer(simple_response(200, "application/json", "{\"status\":\"ok\"}", keep_alive), 200, Reason::none);
       } else {

@@ -13,7 +13,7 @@ enum class Reason : uint8_t {
   none,  // served (ok), or an upstream status passed on without a gateway reason
   // the request itself
   bad_http, header_timeout, body_timeout, body_too_large, headers_too_large, bad_request, not_found,
-  method_not_allowed, unknown_model, wrong_api, too_many_connections, buffer_full, bad_framing, bad_host,
+  method_not_allowed, unknown_model, model_not_allowed, wrong_api, too_many_connections, buffer_full, bad_framing, bad_host,
   unsupported_transfer_coding,
   // admission (core/admission/outcome.h)
   unauthorized, rate_limit, too_large, queue_full, queue_timeout, shed,
@@ -36,6 +36,7 @@ constexpr std::string_view to_string(Reason r) {
     case Reason::not_found: return "not_found";
     case Reason::method_not_allowed: return "method_not_allowed";
     case Reason::unknown_model: return "unknown_model";
+    case Reason::model_not_allowed: return "model_not_allowed";  // the client sees model_not_found
     case Reason::wrong_api: return "wrong_api";
     case Reason::too_many_connections: return "too_many_connections";
     case Reason::buffer_full: return "body_budget";
