@@ -136,6 +136,16 @@ def gateway_metric(admin, name, **labels):
     return total if seen else None
 
 
+def not_ok_by_label(admin):
+    """{labels: count} of sluice_requests_total samples whose outcome is not ok."""
+    out = {}
+    for line in http_req(admin, "GET", "/metrics", timeout=5)[1].decode().splitlines():
+        if line.startswith("sluice_requests_total{") and 'outcome="ok"' not in line:
+            labels, v = line.rsplit(" ", 1)
+            out[labels] = out.get(labels, 0.0) + float(v)
+    return out
+
+
 def failover(a, tmp, say):
     sims = start_single_sims(a)
     procs = []
@@ -168,8 +178,9 @@ def failover(a, tmp, say):
                     status = 0
                 with lock:
                     state["done"] += 1
-                    if status != 200:
-                        state["errors"].append((nxt[0], status, phase))
+                    if status != 200:  # the phase when it was sent, and when it ended
+                        state["errors"].append((nxt[0], status, phase if phase == state["phase"] else
+                                                f"{phase} -> {state['phase']}"))
 
         def wait_done(n):
             while True:
@@ -218,10 +229,11 @@ def failover(a, tmp, say):
         # 2. Kill gateway 1 at two thirds of the run.
         wait_done(2 * a.requests // 3)
         survivors = [g for i, g in enumerate(gws) if i != 1]
-        not_ok = lambda g: (gateway_metric(g[2], "sluice_requests_total") or 0) - (
-            gateway_metric(g[2], "sluice_requests_total", outcome="ok") or 0)
+        # From one scrape each (total - ok from two scrapes races the requests finishing between them).
+        not_ok = lambda g: sum(not_ok_by_label(g[2]).values())
         total = lambda g: gateway_metric(g[2], "sluice_requests_total") or 0
         before_bad = [not_ok(g) for g in survivors]
+        before_lab = [not_ok_by_label(g[2]) for g in survivors]
         before_total = [total(g) for g in survivors]
         with lock:
             state["phase"] = "gateway kill"
@@ -231,14 +243,22 @@ def failover(a, tmp, say):
         for t in threads:
             t.join()
         after_bad = [not_ok(g) for g in survivors]
+        diff = {}
+        for b, g in zip(before_lab, survivors):
+            for k, v in not_ok_by_label(g[2]).items():
+                if v - b.get(k, 0.0) > 0:
+                    key = k[len("sluice_requests_total"):]
+                    diff[key] = diff.get(key, 0.0) + v - b.get(k, 0.0)
         after_total = [total(g) for g in survivors]
         by_phase = {}
         for _, st, ph in state["errors"]:
             by_phase.setdefault(ph, []).append(st)
+        at_kill = sum(len(v) for k, v in by_phase.items() if k.endswith("-> gateway kill"))
         say(f"gateway g1 killed after {done_at_kill} of {a.requests} requests: the surviving gateways received "
             f"{int(sum(after_total) - sum(before_total))} requests after it, of which did not end ok: "
-            f"{int(sum(after_bad) - sum(before_bad))} (goal 0); client failures after the kill: "
-            f"{len(by_phase.get('gateway kill', []))} {by_phase.get('gateway kill', [])}")
+            f"{int(sum(after_bad) - sum(before_bad))} {diff or ''} (goal 0); client failures of requests sent after "
+            f"the kill: {len(by_phase.get('gateway kill', []))}, of requests in flight at the kill (HAProxy did not "
+            f"retry them): {at_kill}")
         say(f"client failures by phase: " + (", ".join(f"{k}: {len(v)} {sorted(set(v))}" for k, v in by_phase.items())
                                               or "none") + f"; {a.requests - len(state['errors'])} of {a.requests} ok")
     finally:
