@@ -410,8 +410,12 @@ def main():
             hp, front = start_haproxy(tmp, [g[1] for g in gws])
             time.sleep(0.5)  # subscriptions and first scrapes
             r = run_row(a, sim_ports, front, bodies)
-            predicted = sum(metric_sum(http_req(g[2], "GET", "/metrics")[1].decode(),
-                                       "sluice_prefix_predicted_cached_tokens_total") for g in gws)
+            texts = [http_req(g[2], "GET", "/metrics")[1].decode() for g in gws]
+            predicted = sum(metric_sum(t, "sluice_prefix_predicted_cached_tokens_total") for t in texts)
+            # With events: the predicted cached tokens by the source of the prediction.
+            by_src = {src: sum(float(l.rsplit(" ", 1)[1]) for t in texts for l in t.splitlines()
+                               if l.startswith("sluice_kv_predicted_cached_tokens_total{") and f'source="{src}"' in l)
+                      for src in ("events", "recent", "learned")} if events else {}
             hp.terminate()
             hp.wait()
             for g in gws:
@@ -422,7 +426,9 @@ def main():
             ratio = r["hit"] / base if base else float("nan")
             pe = predicted / r["hits"] if r["hits"] else float("nan")
             say(f"{n:>8}  {'events' if events else 'learned':<8} {r['hit'] * 100:>9.1f}% {ratio:>8.2f} "
-                f"{r['p50'] * 1000:>6.0f}ms {r['p90'] * 1000:>6.0f}ms {pe:>11.2f} {r['errors']:>6}")
+                f"{r['p50'] * 1000:>6.0f}ms {r['p90'] * 1000:>6.0f}ms {pe:>11.2f} {r['errors']:>6}"
+                + ("  predicted by source: " + ", ".join(f"{k} {v / r['hits']:.2f}" for k, v in by_src.items())
+                   if by_src and r["hits"] else ""))
     finally:
         for p in procs:
             p.terminate()
