@@ -14,6 +14,7 @@
 #include "core/picker/oracle_policy.h"
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
+#include "core/prefix/kv_event_index.h"
 #include "core/openai/request.h"
 #include "fleetsim/hot_prefix_probe.h"
 
@@ -23,7 +24,7 @@ namespace {
 using workload::RequestRecord;
 using workload::WorkloadRequest;
 
-enum class EventKind { arrival, step_end, scrape };
+enum class EventKind { arrival, step_end, scrape, kv_events };
 
 struct Event {
   Time t;
@@ -42,12 +43,22 @@ struct Flight {
   std::optional<Time> first_token;
   int64_t input_tokens = 0;
   int64_t output_tokens = 0;
+  int64_t predicted_cached = 0;
+  int source = 0;  // KvEventIndex::Source of the prediction (learned without events)
+  bool admitted = false;  // the engine's cached tokens were counted
   DispatchGuard guard;
 };
 
 struct Replica {
   std::unique_ptr<engine::Engine> engine;
   Duration busy{}, busy_at_scrape{};
+  std::deque<kv::EventBatch> kv_in_transit;  // published, not yet delivered (a fixed delay: FIFO)
+  int64_t kv_seq = 0;
+};
+
+struct Gateway {
+  std::unique_ptr<PoolRouter> router;
+  std::shared_ptr<KvEventIndex> events;  // null: the learned index only
 };
 
 PoolConfig pool_config(const FleetConfig& cfg) {
@@ -71,23 +82,40 @@ class Simulation {
  public:
   Simulation(const FleetConfig& cfg, std::unique_ptr<workload::Workload> wl) : cfg_(cfg), wl_(std::move(wl)) {
     const auto pool = pool_config(cfg);
-    std::unique_ptr<Policy> policy;
-    if (cfg.policy == "oracle") {
-      PolicyParams params(pool);
-      auto sp = SluiceParams::from(params);
-      params.reject_unknown("oracle");
-      policy = std::make_unique<OraclePolicy>(
-          [this](size_t endpoint, const PickRequest&) { return true_cached_tokens(endpoint); }, sp, pool.kind);
-    } else {
-      policy = make_policy(pool, cfg.seed);
+    for (size_t g = 0; g < cfg.gateways; ++g) {
+      std::unique_ptr<Policy> policy;
+      if (cfg.policy == "oracle") {
+        PolicyParams params(pool);
+        auto sp = SluiceParams::from(params);
+        params.reject_unknown("oracle");
+        policy = std::make_unique<OraclePolicy>(
+            [this](size_t endpoint, const PickRequest&) { return true_cached_tokens(endpoint); }, sp, pool.kind);
+      } else {
+        policy = make_policy(pool, cfg.seed + g * 104729);
+      }
+      Gateway gw{std::make_unique<PoolRouter>(pool, std::move(policy)), nullptr};
+      if (cfg.kv_events) {
+        KvEventIndex::Options o;
+        o.recent_window = cfg.kv_recent_window;
+        gw.events = std::make_shared<KvEventIndex>(cfg.replicas, o);
+        if (!gw.router->attach_kv_events(gw.events))
+          throw ConfigError("policy " + cfg.policy + " keeps no prefix index: kv events would be unused");
+        for (size_t i = 0; i < cfg.replicas; ++i) {  // subscribed from the start, in sequence
+          gw.events->set_connected(i, true, Time{});
+          gw.events->set_synced(i, true);
+        }
+      }
+      gateways_.push_back(std::move(gw));
     }
-    router_ = std::make_unique<PoolRouter>(pool, std::move(policy));
+    router_ = gateways_[0].router.get();
+    gateway_queue_.resize(cfg.gateways);
     if (cfg.fair_queue) fair_.emplace();
     if (cfg.fair_queue) dispatcher_.emplace(FairShareConfig{.enabled = cfg.fair_share});
     for (size_t i = 0; i < cfg.replicas; ++i) {
       auto ec = cfg.engine;
       ec.seed = cfg.engine.seed + i * 7919;
-      replicas_.push_back(Replica{std::make_unique<engine::Engine>(ec)});
+      replicas_.push_back(Replica{std::make_unique<engine::Engine>(ec), {}, {}, {}, 0});
+      if (cfg.kv_events) replicas_.back().engine->enable_kv_events(true);
     }
   }
 
@@ -107,6 +135,7 @@ class Simulation {
         case EventKind::arrival: on_arrival(); break;
         case EventKind::step_end: on_step_end(e.replica); break;
         case EventKind::scrape: on_scrape(); break;
+        case EventKind::kv_events: on_kv_events(e.replica); break;
       }
     }
     FleetResult r;
@@ -114,15 +143,24 @@ class Simulation {
     r.workload_description = wl_->describe();
     int64_t q = 0, h = 0;
     r.picks_min = INT64_MAX;
-    const auto snap = router_->snapshot(now_);
+    std::vector<int64_t> picks(replicas_.size(), 0);
+    for (const auto& gw : gateways_) {
+      const auto snap = gw.router->snapshot(now_);
+      for (size_t i = 0; i < replicas_.size(); ++i) picks[i] += snap[i].load.picks_total;
+    }
     for (size_t i = 0; i < replicas_.size(); ++i) {
       const auto& c = replicas_[i].engine->counters();
       q += c.prefix_queries, h += c.prefix_hits;
       r.preemptions += c.preemptions;
       r.steps += c.steps;
-      r.picks_min = std::min(r.picks_min, snap[i].load.picks_total);
-      r.picks_max = std::max(r.picks_max, snap[i].load.picks_total);
+      r.picks_min = std::min(r.picks_min, picks[i]);
+      r.picks_max = std::max(r.picks_max, picks[i]);
     }
+    r.predicted_cached_tokens = predicted_cached_;
+    r.engine_cached_tokens = engine_cached_;
+    r.kv_event_batches = kv_batches_;
+    for (size_t k = 0; k < 3; ++k)
+      r.by_source[k] = {by_source_[k][0], by_source_[k][1], by_source_[k][2]};
     r.prefix_hit_rate = q ? double(h) / double(q) : 0.0;
     r.figures.prefix_hit_rate = r.prefix_hit_rate;
     r.mean_kv_usage = kv_samples_ ? kv_sum_ / double(kv_samples_) : 0.0;
@@ -152,7 +190,9 @@ class Simulation {
 
   bool closed_loop() const { return wl_->arrivals().kind == workload::ArrivalKind::concurrency; }
   bool done() const {
-    return exhausted_ && flights_.empty() && gateway_queue_.empty() && parked_.empty() && pending_.empty();
+    for (const auto& q : gateway_queue_)
+      if (!q.empty()) return false;
+    return exhausted_ && flights_.empty() && parked_.empty() && pending_.empty();
   }
 
   TenantId tenant_id(const std::string& name) {
@@ -165,6 +205,8 @@ class Simulation {
     pending_.pop_front();
     if (!closed_loop()) pull_next(now_);
     const uint64_t id = next_id_++;
+    const size_t g = next_gateway_;  // round robin, as the load balancer in front of the gateways
+    next_gateway_ = (next_gateway_ + 1) % gateways_.size();
     if (fair_) {  // as the live gateway: every request passes the admission queue
       const auto text = req.rendered();
       QueueRequest q;
@@ -185,16 +227,19 @@ class Simulation {
       drain();
       return;
     }
-    if (saturated()) {
-      gateway_queue_.push_back(Queued{std::move(req), id, now_});
+    if (saturated(g)) {
+      gateway_queue_[g].push_back(Queued{std::move(req), id, now_});
       return;
     }
-    dispatch(std::move(req), id, now_);
+    dispatch(g, std::move(req), id, now_);
   }
 
   // The live gateway's rule (admission_driver.cpp): the pool is saturated when every healthy
   // endpoint is at the in-flight cap or, by fresh engine signals, at the saturation limits.
-  bool saturated() const { return cfg_.max_in_flight_per_endpoint > 0 && router_->saturated(now_); }
+  // Each gateway replica applies it to what it sees itself (its own in-flight, the shared signals).
+  bool saturated(size_t g = 0) const {
+    return cfg_.max_in_flight_per_endpoint > 0 && gateways_[g].router->saturated(now_);
+  }
 
   struct Queued {
     WorkloadRequest req;
@@ -202,7 +247,8 @@ class Simulation {
     Time sent;
   };
 
-  void dispatch(WorkloadRequest req, uint64_t id, Time sent) {
+  void dispatch(size_t g, WorkloadRequest req, uint64_t id, Time sent) {
+    PoolRouter* router = gateways_[g].router.get();
     const std::string text = req.rendered();
     PickRequest pick;
     pick.kind = req.kind;
@@ -225,7 +271,7 @@ class Simulation {
                                   cfg_.engine.block_size, current_hashes_);
       current_tokens_ = int64_t(er.prompt.size());
     }
-    auto ranked = router_->rank(pick, now_);
+    auto ranked = router->rank(pick, now_);
     Flight f;
     f.tenant = req.tenant;
     f.tenant_id = tenant_id(req.tenant);
@@ -238,7 +284,18 @@ class Simulation {
       return;
     }
     const auto& chosen = ranked.front();
-    f.guard = router_->dispatch(pick, chosen, now_);
+    // The source of the prediction (events, recent dispatches, learned): the one whose prompt-token
+    // counter the dispatch advanced.
+    uint64_t before[3] = {0, 0, 0};
+    if (auto& ev = gateways_[g].events)
+      ev->count(chosen.endpoint, [&](KvEndpointCounters& c) { std::copy(c.prompt_tokens, c.prompt_tokens + 3, before); });
+    f.guard = router->dispatch(pick, chosen, now_);
+    f.predicted_cached = chosen.predicted_cached_tokens;
+    if (auto& ev = gateways_[g].events)
+      ev->count(chosen.endpoint, [&](KvEndpointCounters& c) {
+        for (size_t k = 0; k < 3; ++k)
+          if (c.prompt_tokens[k] != before[k]) f.source = static_cast<int>(k);
+      });
     hot_.on_dispatch(req.group, er.prompt, cfg_.engine.block_size, chosen.endpoint);
     auto& rep = replicas_[chosen.endpoint];
     const auto err = rep.engine->submit(std::move(er), now_);
@@ -249,7 +306,10 @@ class Simulation {
       return;
     }
     flights_.emplace(id, std::move(f));
-    if (!rep.engine->step_in_flight()) begin_step(chosen.endpoint);
+    if (!rep.engine->step_in_flight()) {
+      begin_step(chosen.endpoint);
+      publish_kv_events(chosen.endpoint);  // the step's evictions
+    }
   }
 
   int64_t true_cached_tokens(size_t endpoint) const {
@@ -273,6 +333,14 @@ class Simulation {
       auto it = flights_.find(out.id);
       if (it == flights_.end()) continue;
       auto& f = it->second;
+      if (!f.admitted) {  // the first output: the engine's hit at admission is known
+        f.admitted = true;
+        predicted_cached_ += std::max<int64_t>(0, f.predicted_cached);
+        engine_cached_ += out.cached_tokens;
+        by_source_[f.source][0] += std::max<int64_t>(0, f.predicted_cached);
+        by_source_[f.source][1] += out.cached_tokens;
+        by_source_[f.source][2] += 1;
+      }
       if (out.first_token && !f.first_token) {
         f.first_token = now_;
         f.guard.on_first_token();
@@ -292,6 +360,32 @@ class Simulation {
       }
     }
     if (rep.engine->has_work()) begin_step(i);
+    publish_kv_events(i);
+  }
+
+  // The events the replica's engine logged since the last call become one batch on its way to the
+  // gateways (vLLM publishes once per step).
+  void publish_kv_events(size_t i) {
+    if (!cfg_.kv_events) return;
+    auto& rep = replicas_[i];
+    auto evs = rep.engine->take_kv_events();
+    if (evs.empty()) return;
+    kv::EventBatch b;
+    b.ts = to_seconds(now_);
+    b.events = std::move(evs);
+    rep.kv_in_transit.push_back(std::move(b));
+    push(now_ + cfg_.kv_event_delay, EventKind::kv_events, i);
+  }
+
+  void on_kv_events(size_t i) {
+    auto& rep = replicas_[i];
+    if (rep.kv_in_transit.empty()) return;
+    const kv::EventBatch b = std::move(rep.kv_in_transit.front());
+    rep.kv_in_transit.pop_front();
+    const int64_t seq = rep.kv_seq++;
+    const double lag = to_seconds(now_) - b.ts;
+    for (auto& gw : gateways_) gw.events->apply(i, b, seq, lag, now_);
+    ++kv_batches_;
   }
 
   void on_slot_freed() {
@@ -301,21 +395,22 @@ class Simulation {
 
   // Dispatches queued requests while there is room (and, with fair shares, a tenant may take it).
   void drain() {
-    while (!gateway_queue_.empty() && !saturated()) {
-      auto q = std::move(gateway_queue_.front());
-      gateway_queue_.pop_front();
-      dispatch(std::move(q.req), q.id, q.sent);
-    }
+    for (size_t g = 0; g < gateway_queue_.size(); ++g)
+      while (!gateway_queue_[g].empty() && !saturated(g)) {
+        auto q = std::move(gateway_queue_[g].front());
+        gateway_queue_[g].pop_front();
+        dispatch(g, std::move(q.req), q.id, q.sent);
+      }
     if (!fair_ || parked_.empty()) return;
     // The gateway's dispatcher (the same object the live gateway runs); a request is placed at
     // once here, so its promise is kept the moment it is made.
-    const Dispatcher::RouterOf router_of = [this](std::string_view) -> const PoolRouter* { return router_.get(); };
+    const Dispatcher::RouterOf router_of = [this](std::string_view) -> const PoolRouter* { return router_; };
     dispatcher_->dispatch(*fair_, now_, router_of, [this](const Dispatcher::Popped& p) {
       auto it = parked_.find(p.cookie);
       if (it == parked_.end()) return;
       auto q = std::move(it->second);
       parked_.erase(it);
-      dispatch(std::move(q.req), q.id, q.sent);
+      dispatch(0, std::move(q.req), q.id, q.sent);
       dispatcher_->on_placed(p.cookie);
     });
   }
@@ -373,6 +468,7 @@ class Simulation {
       }
       kv_sum_ += s.kv_usage;
       kv_samples_ += 1;
+      for (size_t g = 1; g < gateways_.size(); ++g) gateways_[g].router->update_signals(i, s);
       router_->update_signals(i, std::move(s));
     }
     std::vector<const engine::BlockManager*> caches;
@@ -383,11 +479,13 @@ class Simulation {
 
   const FleetConfig& cfg_;
   std::unique_ptr<workload::Workload> wl_;
-  std::unique_ptr<PoolRouter> router_;
+  std::vector<Gateway> gateways_;
+  PoolRouter* router_ = nullptr;  // gateways_[0]'s: the only one with the admission queue (fair_)
+  size_t next_gateway_ = 0;
   std::vector<Replica> replicas_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::deque<WorkloadRequest> pending_;
-  std::deque<Queued> gateway_queue_;
+  std::vector<std::deque<Queued>> gateway_queue_;  // per gateway
   std::optional<AdmissionQueue> fair_;
   std::optional<Dispatcher> dispatcher_;  // with fair_: the live gateway's dispatch rule (core/admission/dispatcher.h)
   std::unordered_map<uint64_t, Queued> parked_;  // in `fair_`, by id (the queue's cookie)
@@ -403,6 +501,8 @@ class Simulation {
   bool exhausted_ = false, saw_adapter_ = false;
   double kv_sum_ = 0;
   int64_t kv_samples_ = 0;
+  int64_t predicted_cached_ = 0, engine_cached_ = 0, kv_batches_ = 0;
+  int64_t by_source_[3][3] = {};  // per source: predicted, engine cached, requests
 };
 
 }  // namespace
@@ -411,6 +511,9 @@ std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg) {
   if (cfg.replicas < 1 || cfg.replicas > 10000) return std::string("replicas must be in [1, 10000]");
   if (auto e = cfg.engine.validate(); !e.empty()) return "engine: " + e;
   if (cfg.scrape_interval <= Duration::zero()) return std::string("scrape interval must be positive");
+  if (cfg.gateways < 1 || cfg.gateways > 64) return std::string("gateways must be in [1, 64]");
+  if (cfg.gateways > 1 && cfg.fair_queue) return std::string("the fair queue is modelled for one gateway only");
+  if (cfg.kv_event_delay < Duration::zero()) return std::string("kv event delay must be >= 0");
   auto wl = workload::make_workload(cfg.workload, cfg.arrivals, cfg.limits, cfg.seed);
   if (auto* e = std::get_if<std::string>(&wl)) return *e;
   try {
@@ -437,15 +540,21 @@ std::string hot_prefix_json(const FleetResult& r) {
 std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
   std::string out = "{\"policy\":";
   append_json_string(out, cfg.policy);
-  out += fmt::format(",\"replicas\":{},\"seed\":{},\"workload\":", cfg.replicas, cfg.seed);
+  out += fmt::format(",\"replicas\":{},\"gateways\":{},\"index\":\"{}\",\"kv_event_delay_ms\":{:g},\"seed\":{},\"workload\":",
+                     cfg.replicas, cfg.gateways, cfg.kv_events ? "events" : "learned", to_millis(cfg.kv_event_delay),
+                     cfg.seed);
   append_json_string(out, r.workload_description);
   out += ",\"arrivals\":";
   append_json_string(out, cfg.arrivals.describe());
   out += fmt::format(",\"offered_rate\":{},", cfg.arrivals.kind == workload::ArrivalKind::concurrency ? 0.0 : cfg.arrivals.rate);
   out += fmt::format("\"fleet\":{{\"prefix_hit_rate\":{:.6g},\"preemptions\":{},\"picks_min\":{},\"picks_max\":{},"
-                     "\"mean_kv_usage\":{:.6g},\"steps\":{},\"virtual_s\":{:.6g},\"wall_s\":{:.6g}}},",
+                     "\"mean_kv_usage\":{:.6g},\"steps\":{},\"virtual_s\":{:.6g},\"wall_s\":{:.6g},"
+                     "\"predicted_cached_tokens\":{},\"engine_cached_tokens\":{},\"kv_event_batches\":{},"
+                     "\"by_source\":{{\"learned\":[{},{},{}],\"events\":[{},{},{}],\"recent\":[{},{},{}]}}}},",
                      r.prefix_hit_rate, r.preemptions, r.picks_min, r.picks_max, r.mean_kv_usage, r.steps,
-                     r.virtual_seconds, r.wall_seconds);
+                     r.virtual_seconds, r.wall_seconds, r.predicted_cached_tokens, r.engine_cached_tokens,
+                     r.kv_event_batches, r.by_source[0][0], r.by_source[0][1], r.by_source[0][2], r.by_source[1][0],
+                     r.by_source[1][1], r.by_source[1][2], r.by_source[2][0], r.by_source[2][1], r.by_source[2][2]);
   out += hot_prefix_json(r);
   out += "\"figures\":" + workload::to_json(r.figures) + "}";
   return out;

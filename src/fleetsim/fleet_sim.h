@@ -18,7 +18,18 @@
 // (core/admission: VTC fairness between tenants, 30 s queue TTL -> 503, output charged as it
 // streams) with the live gateway's FairShare of the slots (unless `fair_share` is off).
 // The `oracle` policy is OraclePolicy with its callback wired to the replicas' true KV caches.
+//
+// Gateway replicas (`gateways` > 1, issue 15): arrivals are split round robin between N gateways,
+// each with its own PoolRouter and policy (its own learned prefix index and in-flight accounting;
+// all of them see the same scraped engine signals). With `kv_events` every replica's engine logs
+// vLLM's KV events (BlockStored / BlockRemoved / AllBlocksCleared, engine/block_manager.h); after
+// each step (and each step start, where evictions happen) the step's events are one batch, delivered
+// `kv_event_delay` later to every gateway's own KvEventIndex (core/prefix/kv_event_index.h, the
+// live gateway's index, with its recent-dispatch window), in order, one sequence number per
+// batch: the live subscriber's job without the sockets. Per request, the predicted cached tokens
+// (the chosen candidate's) are summed beside the engine's own cached tokens at admission.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <map>
@@ -48,6 +59,10 @@ struct FleetConfig {
   workload::WorkloadLimits limits;
   workload::SloSpec slo;
   uint64_t seed = 1;
+  size_t gateways = 1;                   // gateway replicas, round robin between them
+  bool kv_events = false;                // every gateway's index fed by the engines' KV events
+  Duration kv_event_delay = std::chrono::milliseconds(10);  // engine step -> applied at the gateways
+  Duration kv_recent_window = std::chrono::seconds(2);      // KvEventIndex::Options::recent_window
 };
 
 struct FleetResult {
@@ -59,6 +74,13 @@ struct FleetResult {
   double mean_kv_usage = 0;              // mean over scrapes and replicas
   double virtual_seconds = 0, wall_seconds = 0;
   int64_t steps = 0;
+  // Dispatched requests: predicted cached tokens (the chosen candidate's) vs the engine's own hit at
+  // admission, summed.
+  int64_t predicted_cached_tokens = 0, engine_cached_tokens = 0;
+  int64_t kv_event_batches = 0;          // delivered to each gateway
+  // The same per source of the prediction (learned, events, recent: KvEventIndex::Source), with
+  // the number of requests: {predicted, engine cached, requests}.
+  std::array<std::array<int64_t, 3>, 3> by_source{};
   // The hot prefix (group "hot" or "p0", when the workload has one): replicas holding it over time.
   std::string hot_group;
   int64_t hot_prefix_blocks = 0;

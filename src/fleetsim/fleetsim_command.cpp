@@ -41,6 +41,9 @@ struct Flags {
   bool json = false, tenants = false;
   std::string json_out;
   int jobs = 1;
+  std::vector<size_t> gateways{1};
+  std::vector<std::string> index{"learned"};
+  double kv_event_delay_ms = 10, kv_recent_window_ms = 2000;
 };
 
 std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
@@ -82,6 +85,10 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   c.slo.ttft = from_millis(f.slo_ttft_ms);
   c.slo.itl = from_millis(f.slo_itl_ms);
   c.seed = f.seed;
+  c.kv_event_delay = from_millis(f.kv_event_delay_ms);
+  c.kv_recent_window = from_millis(f.kv_recent_window_ms);
+  for (const auto& i : f.index)
+    if (i != "learned" && i != "events") return "--index is learned|events, got '" + i + "'";
   return c;
 }
 
@@ -94,12 +101,17 @@ int run(const Flags& f) {
   std::vector<fleetsim::FleetConfig> runs;
   const bool closed = std::get<0>(base).arrivals.kind == workload::ArrivalKind::concurrency;
   for (const auto& rate : closed ? std::vector<double>{0} : f.rates)
-    for (const auto& p : f.policies) {
-      auto c = std::get<0>(base);
-      c.policy = p;
-      c.arrivals.rate = rate;
-      runs.push_back(c);
-    }
+    for (const auto& p : f.policies)
+      for (const auto& idx : f.index)
+        for (const size_t g : f.gateways) {
+          auto c = std::get<0>(base);
+          c.policy = p;
+          c.arrivals.rate = rate;
+          c.gateways = g;
+          c.kv_events = idx == "events";
+          runs.push_back(c);
+        }
+  const bool multi = f.gateways.size() > 1 || f.gateways[0] != 1 || f.index.size() > 1 || f.index[0] != "learned";
   std::vector<std::optional<fleetsim::FleetResult>> results(runs.size());
   std::vector<std::string> errors(runs.size());
   std::atomic<size_t> next{0};
@@ -118,6 +130,10 @@ int run(const Flags& f) {
                             {"replicas", std::to_string(runs[i].replicas)},
                             {"rate", closed ? fmt::format("c{}", runs[i].arrivals.concurrency)
                                             : fmt::format("{:g}", runs[i].arrivals.rate)}};
+      if (multi) {
+        res.figures.labels.emplace_back("gateways", std::to_string(runs[i].gateways));
+        res.figures.labels.emplace_back("index", runs[i].kv_events ? "events" : "learned");
+      }
       if (!f.json)
         fmt::print(stderr, "  {} @ {}: {} requests, {:.0f} s virtual in {:.1f} s\n", runs[i].policy,
                    runs[i].arrivals.describe(), res.figures.requests, res.virtual_seconds, res.wall_seconds);
@@ -142,14 +158,24 @@ int run(const Flags& f) {
     fmt::print("workload: {}\n", results[0] ? results[0]->workload_description : f.workload);
     fmt::print("{}", workload::to_table(rows));
     const bool hot = results[0] && !results[0]->hot_group.empty();
-    fmt::print("\n{:>14}  {:>6}  {:>9}  {:>11}  {:>13}  {:>9}{}\n", "policy", "rate", "hit rate", "preemptions",
-               "picks min/max", "mean kv", hot ? "  hot holders mean/max (receivers/s)" : "");
+    fmt::print("\n{:>14}  {:>6}  {}{:>9}  {:>11}  {:>13}  {:>9}{}{}\n", "policy", "rate",
+               multi ? fmt::format("{:>8}  {:>7}  ", "gateways", "index") : std::string(), "hit rate", "preemptions",
+               "picks min/max", "mean kv", multi ? "  pred/engine cached" : "",
+               hot ? "  hot holders mean/max (receivers/s)" : "");
     for (size_t i = 0; i < runs.size(); ++i)
       if (results[i])
-        fmt::print("{:>14}  {:>6}  {:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%{}\n", runs[i].policy,
-                   results[i]->figures.labels[2].second, results[i]->prefix_hit_rate * 100,
+        fmt::print("{:>14}  {:>6}  {}{:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%{}{}\n", runs[i].policy,
+                   results[i]->figures.labels[2].second,
+                   multi ? fmt::format("{:>8}  {:>7}  ", runs[i].gateways, runs[i].kv_events ? "events" : "learned")
+                         : std::string(),
+                   results[i]->prefix_hit_rate * 100,
                    results[i]->preemptions, fmt::format("{}/{}", results[i]->picks_min, results[i]->picks_max),
                    results[i]->mean_kv_usage * 100,
+                   multi ? fmt::format("  {:>18.3f}", results[i]->engine_cached_tokens
+                                                         ? double(results[i]->predicted_cached_tokens) /
+                                                               double(results[i]->engine_cached_tokens)
+                                                         : 0.0)
+                         : std::string(),
                    hot ? fmt::format("  {:>10.1f}/{} ({:.1f})", results[i]->hot_holders_mean(),
                                      results[i]->hot_holders_max(), results[i]->hot_receivers_mean())
                        : std::string());
@@ -219,6 +245,19 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--json-out", flags->json_out, "Also write the JSON lines to this file");
   cmd->add_flag("--tenants", flags->tenants, "Print per-tenant figures");
   cmd->add_option("--jobs", flags->jobs, "Runs in parallel (threads)")->capture_default_str();
+  cmd->add_option("--gateways", flags->gateways,
+                  "Gateway replicas, round robin between them, each with its own index (comma-separated sweep)")
+      ->delimiter(',')->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--index", flags->index,
+                  "Prefix index of each gateway: learned (its own dispatches) | events (the engines' KV events); "
+                  "comma-separated sweep")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--kv-event-delay-ms", flags->kv_event_delay_ms,
+                  "With --index events: engine step to events applied at every gateway")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-recent-window-ms", flags->kv_recent_window_ms,
+                  "With --index events: a gateway's own dispatches count as cached this long (until events confirm)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([flags] {
     if (int rc = run(*flags); rc != 0) throw CLI::RuntimeError(rc);
   });

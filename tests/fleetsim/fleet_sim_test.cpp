@@ -182,5 +182,37 @@ TEST(FleetSim, HotPrefixHoldersAreReported) {
   EXPECT_NE(result_json(c, res).find("\"hot_prefix\":{\"group\":\"hot\""), std::string::npos);
 }
 
+// Issue 15: gateway replicas, each with its own index. With the learned index each gateway sees a
+// quarter of the traffic and guesses; with the engines' KV events every gateway sees every
+// engine's cache, and its predictions follow what the engines then report.
+TEST(FleetSim, GatewayReplicasWithKvEventsRouteAsOne) {
+  auto one = small_fleet("sluice");
+  auto four = one;
+  four.gateways = 4;
+  auto four_ev = four;
+  four_ev.kv_events = true;
+  const auto r1 = run_ok(one);
+  const auto r4 = run_ok(four);
+  const auto r4e = run_ok(four_ev);
+  for (const auto* r : {&r1, &r4, &r4e}) EXPECT_EQ(r->figures.ok, 400u);
+  EXPECT_EQ(r4.kv_event_batches, 0);
+  EXPECT_GT(r4e.kv_event_batches, 100);
+  EXPECT_LT(r4.prefix_hit_rate, r1.prefix_hit_rate - 0.05);  // separate learned indexes collapse
+  EXPECT_GT(r4e.prefix_hit_rate, r4.prefix_hit_rate + 0.05);
+  EXPECT_GE(r4e.prefix_hit_rate, 0.95 * r1.prefix_hit_rate);
+  ASSERT_GT(r4e.engine_cached_tokens, 0);
+  const double pe = double(r4e.predicted_cached_tokens) / double(r4e.engine_cached_tokens);
+  const double pl = double(r4.predicted_cached_tokens) / double(r4.engine_cached_tokens);
+  EXPECT_LT(std::abs(pe - 1.0), std::abs(pl - 1.0));
+  // Deterministic, and the delay is a real input.
+  EXPECT_EQ(workload::to_json(run_ok(four_ev).figures), workload::to_json(r4e.figures));
+  auto late = four_ev;
+  late.kv_event_delay = std::chrono::seconds(5);
+  EXPECT_NE(workload::to_json(run_ok(late).figures), workload::to_json(r4e.figures));
+  auto bad = four;
+  bad.gateways = 0;
+  EXPECT_TRUE(std::holds_alternative<std::string>(run_fleet(bad)));
+}
+
 }  // namespace
 }  // namespace sluice::fleetsim

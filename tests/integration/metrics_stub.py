@@ -88,6 +88,14 @@ class Fleet:
             self.add(("picks", e), share)
             self.add(("prompt", e), share * 800)
             self.add(("predicted", e), share * 800 * (0.55 + 0.05 * math.sin(t / 9 + i)))
+            # Engine KV events: ~20 events per request, a trickle of bad ones, predictions by source.
+            self.add(("kv_events", e), share * 20)
+            self.add(("kv_decode_errors", e), 0.2 * dt)
+            self.add(("kv_gaps", e), 0.05 * dt)
+            self.add(("kv_prompt", e), share * 800)
+            self.add(("kv_pred_events", e), share * 800 * (0.5 + 0.05 * math.sin(t / 9 + i)))
+            self.add(("kv_pred_recent", e), share * 800 * 0.04)
+            self.add(("kv_pred_learned", e), share * 800 * 0.01)
             if e in live:
                 g = self.gauges[e]
                 g["kv"] = 0.45 + 0.3 * math.sin(t / 6 + i)
@@ -155,6 +163,25 @@ class Fleet:
             for e in self.endpoints:
                 stale = 1 if e in self.frozen and e not in self.silent and now - self.frozen[e] > 0.5 else 0
                 out.append(f'sluice_endpoint_stale{{pool="{p}",endpoint="{e}"}} {stale}')
+            kv = [("sluice_kv_events_total", "kv_events"), ("sluice_kv_events_decode_errors_total", "kv_decode_errors"),
+                  ("sluice_kv_events_skipped_total", None), ("sluice_kv_events_gaps_total", "kv_gaps"),
+                  ("sluice_kv_events_resyncs_total", None)]
+            for name, key in kv:
+                fam(name, "counter", "KV events per endpoint.")
+                for e in self.endpoints:
+                    out.append(f'{name}{{pool="{p}",endpoint="{e}"}} {self.c.get((key, e), 0):.0f}')
+            for name, v in (("sluice_kv_events_connected", "1"), ("sluice_kv_events_lag_seconds", "0.004")):
+                fam(name, "gauge", "KV events per endpoint.")
+                for e in self.endpoints:
+                    out.append(f'{name}{{pool="{p}",endpoint="{e}"}} {v}')
+            fam("sluice_kv_prompt_tokens_total", "counter", "By source.")
+            fam("sluice_kv_predicted_cached_tokens_total", "counter", "By source.")
+            for e in self.endpoints:
+                out.append(f'sluice_kv_prompt_tokens_total{{pool="{p}",endpoint="{e}",source="events"}} '
+                           f'{self.c.get(("kv_prompt", e), 0):.0f}')
+                for src in ("events", "recent", "learned"):
+                    out.append(f'sluice_kv_predicted_cached_tokens_total{{pool="{p}",endpoint="{e}",source="{src}"}} '
+                               f'{self.c.get(("kv_pred_" + src, e), 0):.0f}')
             fam("sluice_endpoint_healthy", "gauge", "1 when taking traffic.")
             for e in self.endpoints:
                 out.append(f'sluice_endpoint_healthy{{pool="{p}",endpoint="{e}"}} 1')

@@ -120,6 +120,10 @@
     tokens: new Panel("chart-tokens", { y: { label: "tokens/s", fmt: (v) => fmtNum(v, 0), min: 1 },
       r: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
     freshness: new Panel("chart-freshness", { y: { label: "seconds", fmt: fmtSec, min: 1 } }),
+    // Engine KV events (pools with kv_events): drawn only while the gateway exports them.
+    kvEvents: new Panel("chart-kv-events", { y: { label: "per second", fmt: (v) => fmtNum(v, 1), min: 1 },
+      r: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
+    kvSource: new Panel("chart-kv-source", { y: ratio }),
   };
 
   // ---- state ---------------------------------------------------------------------------------
@@ -283,6 +287,33 @@
       { key: "itl", label: "ITL p99", scale: "r", value: itlP99 },
     ]);
     panels.freshness.push(t, perEp("sluice_endpoint_scrape_age_seconds"));
+    // KV events: what the subscribers receive and drop, how late, and where the picker's predicted
+    // cached tokens came from (events, the gateway's own recent dispatches, or the learned index for
+    // endpoints whose events are stale), as shares of the prompt tokens beside the engines' hit rate.
+    const kvShown = P.sum(cur, "sluice_kv_events_connected", filter) != null;
+    document.getElementById("kv-panels").hidden = !kvShown;
+    if (kvShown) {
+      const lags = eps.map(([, e]) => gaugeOf(cur, "sluice_kv_events_lag_seconds", e)).filter((v) => v != null);
+      const bad = (name) => orZero(P.rate(short, cur, name, filter), rps);
+      panels.kvEvents.push(t, [
+        { key: "events", label: "events/s", value: orZero(P.rate(short, cur, "sluice_kv_events_total", filter), rps) },
+        { key: "errors", label: "decode errors + skipped/s", value: dt > 0 ? bad("sluice_kv_events_decode_errors_total") + bad("sluice_kv_events_skipped_total") : null },
+        { key: "gaps", label: "gaps/s", value: bad("sluice_kv_events_gaps_total") },
+        { key: "resyncs", label: "resyncs/s", value: bad("sluice_kv_events_resyncs_total") },
+        { key: "lag", label: "event lag (max)", scale: "r", value: lags.length ? Math.max(...lags) : null },
+      ]);
+      const kvPrompt = P.increase(short, cur, "sluice_kv_prompt_tokens_total", filter);
+      const share = (src) => {
+        const inc = P.increase(short, cur, "sluice_kv_predicted_cached_tokens_total", (l) => (!filter || filter(l)) && l.source === src);
+        return kvPrompt > 0 && inc != null ? inc / kvPrompt : null;
+      };
+      panels.kvSource.push(t, [
+        { key: "events", label: "predicted from events", value: share("events") },
+        { key: "recent", label: "predicted from recent dispatches", value: share("recent") },
+        { key: "learned", label: "predicted from learned (stale events)", value: share("learned") },
+        { key: "engine", label: "prefix hit (engine)", value: engineHit },
+      ]);
+    }
     panels.picks.push(t, eps.map(([key, e]) => {
       const inc = P.increase(short, cur, "sluice_picks_total", (l) => l.endpoint === e.endpoint && (l.pool || "") === e.pool);
       return { key, label: epLabel(e), value: inc != null && dt > 0 ? inc / dt : null };

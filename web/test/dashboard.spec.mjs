@@ -3,7 +3,7 @@
 //   node web/test/dashboard.spec.mjs --url http://127.0.0.1:PORT \
 //        --freeze-url URL [--freeze-body JSON] --stale NAME [--fresh NAME,NAME]
 //        [--silent-freeze-url URL --silent-stale NAME]
-//        [--rejects-url URL] [--diagnoses '[["URL","REGEX"],...]'] [--screenshot out.png]
+//        [--rejects-url URL] [--diagnoses '[["URL","REGEX"],...]'] [--kv] [--screenshot out.png]
 //
 // 1. loads URL/dashboard, waits until every chart has points (uPlot data, not just a canvas);
 // 2. checks no stale warning is shown while all endpoints are fresh;
@@ -82,6 +82,11 @@ try {
     tokens: ["streamed token events/s"],
     freshness: null,
   };
+  // --kv: the gateway exports KV-event metrics (pools with kv_events): their two panels must draw.
+  if (opt.kv) {
+    wanted.kvEvents = ["events/s", "decode errors + skipped/s", "gaps/s", "event lag (max)"];
+    wanted.kvSource = ["predicted from events", "predicted from recent dispatches", "prefix hit (engine)"];
+  }
   const charts = await waitFor("charts with data", async () => {
     const s = await page.evaluate(() => {
       const d = globalThis.sluiceDashboard;
