@@ -53,7 +53,9 @@
 //             prefill_imposed_ms = B x stall (by Little's law about as many wait behind as ahead).
 //             It copies long contexts at light load to save decode time no SLO needs, paying a cold
 //             prefill in TTFT (agent sessions, fan-out, tool agent: bench/results/README.md).
-//   decode_price 1: the certain lag, lag = max(0, itl - itl_slo_ms), with the plain-ms prefill term.
+//   decode_price 1: the certain lag, lag = max(0, itl - itl_slo_ms), with the plain-ms prefill term;
+//   decode_price 3: the expected lag as 2, with the plain-ms prefill term (holds a hot prefix on too
+//   few replicas: TTFT p90 1.4x cache_aware's at 8 replicas; bench/results/README.md, round 5).
 //   kv_ms = risk^2 x (1 + B) x beta x (I + O),  risk = clamp((u' - kv_risk_start) / (1 - kv_risk_start)),
 //             u' = KV usage (staleness rule) + (U + O) / capacity: the expected cost of a
 //             preemption, whose recompute (beta x its context) stalls the whole batch
