@@ -144,6 +144,29 @@ void BM_PickerSluiceDecision64NoPrefix(benchmark::State& state) {
 }
 BENCHMARK(BM_PickerSluiceDecision64NoPrefix)->Unit(benchmark::kMicrosecond);
 
+// Scoring and ranking 64 endpoints (no prefix, empty index) side by side: decode in plain ms without
+// the eviction term (round 4's pricing) vs the default (SLO-priced, evictions priced).
+void score_only(benchmark::State& state, SluiceParams params) {
+  Fixture& f = fixture();
+  SluicePolicy p(params, PoolKind::chat);
+  p.on_endpoints_reset(kEndpoints);
+  std::vector<Candidate> out;
+  auto r = f.req("short prompt");
+  for (auto _ : state) {
+    p.rank(r, f.views, Time{}, out);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+void BM_PickerSluiceScore64PlainMs(benchmark::State& state) {
+  SluiceParams plain;
+  plain.decode_price = 0;
+  plain.eviction_price = 0;
+  score_only(state, plain);
+}
+void BM_PickerSluiceScore64SloPriced(benchmark::State& state) { score_only(state, SluiceParams{}); }
+BENCHMARK(BM_PickerSluiceScore64PlainMs)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PickerSluiceScore64SloPriced)->Unit(benchmark::kMicrosecond);
+
 void BM_PickerHash16k(benchmark::State& state) {
   std::string t = fixture().random_text(kPromptChars);
   std::vector<uint64_t> blocks;

@@ -23,6 +23,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.itl_slo_ms = p.get("itl_slo_ms", s.itl_slo_ms);
   s.decode_price = p.get("decode_price", s.decode_price);
   s.queue_limit = p.get("queue_limit", s.queue_limit);
+  s.eviction_price = p.get("eviction_price", s.eviction_price);
   s.adapter_load_ms = p.get("adapter_load_ms", s.adapter_load_ms);
   s.adapter_wait_ms = p.get("adapter_wait_ms", s.adapter_wait_ms);
   s.max_output_tokens = std::max(0.0, p.get("max_output_tokens", s.max_output_tokens));
@@ -30,6 +31,34 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.mean_prompt_tokens = p.get("mean_prompt_tokens", s.mean_prompt_tokens);
   s.max_prefix_blocks = std::max(1.0, p.get("max_prefix_blocks", s.max_prefix_blocks));
   return s;
+}
+
+double sluice_expected_excess(double mean, double sd, double limit) {
+  if (!(sd > 0)) return std::max(0.0, mean - limit);
+  const double z = (mean - limit) / sd;
+  if (z < -8) return 0.0;  // below 1e-16 sd: skips exp and erfc (most endpoints at light load)
+  const double pdf = 0.3989422804014327 * std::exp(-0.5 * z * z);
+  const double cdf = 0.5 * std::erfc(-z * 0.7071067811865476);
+  return std::max(0.0, (mean - limit) * cdf + sd * pdf);
+}
+
+double sluice_excess_probability(double mean, double sd, double limit) {
+  if (!(sd > 0)) return mean > limit ? 1.0 : 0.0;
+  if (mean + 8 * sd < limit) return 0.0;
+  return 0.5 * std::erfc(-(mean - limit) / sd * 0.7071067811865476);
+}
+
+SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double prefill_duty) {
+  auto step = [&](double n, double kv) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * n) + p.delta_ms * n + p.gamma_ms * kv; };
+  const double stretch = 1.0 / (1.0 - std::clamp(prefill_duty, 0.0, 0.9));
+  SluiceItl r;
+  r.mean_ms = step(b, k) * stretch;
+  if (b > 0) {
+    // One sequence more or less, at the batch's mean context; the count varies like a Poisson count.
+    const double one = step(b + 1, k + k / b) - step(b, k);
+    r.sd_ms = std::sqrt(b) * one * stretch;
+  }
+  return r;
 }
 
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
@@ -44,10 +73,18 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
               p.eps_ms * in.queue_pairs + attention;
   // Decode: our own tokens at the batch we join, and the slowdown of the batch while we are in it.
   auto step = [&](double b, double k) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b + p.gamma_ms * k; };
+  const SluiceItl batch = p.decode_price >= 2 ? sluice_batch_itl(p, B, K, in.prefill_duty) : SluiceItl{};
   if (O > 0) {
     const double ctx = in.input + O / 2;
     const double with = step(B + 1, K + ctx);
-    if (p.decode_price == 1) {
+    if (p.decode_price >= 2) {
+      // The expected lag behind the ITL SLO's pace, the ITL being uncertain (sluice_batch_itl).
+      const SluiceItl w = sluice_batch_itl(p, B + 1, K + ctx, in.prefill_duty);
+      const double lag1 = sluice_expected_excess(w.mean_ms, w.sd_ms, p.itl_slo_ms);
+      const double lag0 = sluice_expected_excess(batch.mean_ms, batch.sd_ms, p.itl_slo_ms);
+      c.decode_ms = O * lag1;
+      c.interference_ms = std::min(in.remaining, B * O) * std::max(0.0, lag1 - lag0);
+    } else if (p.decode_price == 1) {
       // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
       const double stretch = 1.0 / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9));
       const double lag1 = std::max(0.0, with * stretch - p.itl_slo_ms);
@@ -62,13 +99,28 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
   // Our prefill's share of the steps the others run in.
   if (U > 0 && B > 0) {
     const double stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
-    c.prefill_imposed_ms = B * stall;
+    if (p.decode_price == 2) {
+      // The queue's TTFT in ms; the decoders' tokens only by the lag it adds: a stall spread over
+      // their tokens (about 2 R / B each) raises their mean ITL by stall / that.
+      const double each = std::max(1.0, 2 * in.remaining / std::max(1.0, B));
+      const double shift = sluice_expected_excess(batch.mean_ms + stall / each, batch.sd_ms, p.itl_slo_ms) -
+                           sluice_expected_excess(batch.mean_ms, batch.sd_ms, p.itl_slo_ms);
+      // The queue, and the requests arriving during the stall (lambda x stall of them, waiting
+      // stall / 2 on average), wait for it in TTFT.
+      c.prefill_imposed_ms = (in.queued + in.arrivals_per_ms * stall / 2) * stall + D * each * std::max(0.0, shift);
+    } else {
+      c.prefill_imposed_ms = B * stall;
+    }
   }
   // KV pressure: a preemption's recompute stalls the batch.
   const double after = in.kv_usage + (U + O) / std::max(1.0, in.capacity_tokens);
   const double risk = std::clamp((after - p.kv_risk_start) / (1.0 - p.kv_risk_start), 0.0, 1.0);
   c.kv_ms = risk * risk * (1 + B) * p.beta_ms * (in.input + O);
   c.adapter_ms = in.adapter_ms;
+  // Eviction: the blocks this request allocates beyond the cache's free room evict other prefixes
+  // (least recently used first), each of whose tokens is found again by a later request about as
+  // often as the pool's input tokens are found cached (h), and then costs its prefill again.
+  if (p.eviction_price > 0) c.eviction_ms = p.eviction_price * p.beta_ms * std::max(0.0, U + O - in.cache_free_tokens) * in.reuse;
   return c;
 }
 
@@ -93,17 +145,46 @@ bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const Sluic
 double SluicePolicy::prefill_duty(std::span<const EndpointView> endpoints, Time now) {
   if (endpoints.empty()) return 0.0;
   PrefillRate& r = rate_;
-  int64_t total = 0;
-  for (const EndpointView& v : endpoints) total += v.load->input_tokens_total - v.load->predicted_cached_tokens_total;
-  if (r.last_total < 0 || total < r.last_total) {
-    r = PrefillRate{total, now, 0.0};
+  int64_t total = 0, input = 0;
+  for (const EndpointView& v : endpoints) {
+    total += v.load->input_tokens_total - v.load->predicted_cached_tokens_total;
+    input += v.load->input_tokens_total;
+  }
+  if (r.last_total < 0 || total < r.last_total || input < r.last_input || endpoint_input_.size() != endpoints.size()) {
+    r = PrefillRate{total, input, now, 0.0, 0.0, 0.0};
+    endpoint_input_.assign(endpoints.size(), EndpointInput{});
+    for (size_t i = 0; i < endpoints.size(); ++i) endpoint_input_[i].last = endpoints[i].load->input_tokens_total;
   } else if (const double dt = to_millis(now - r.last); dt >= 100.0) {
     const double a = dt / (dt + 2000.0);
+    for (size_t i = 0; i < endpoints.size(); ++i) {
+      EndpointInput& e = endpoint_input_[i];
+      const int64_t x = endpoints[i].load->input_tokens_total;
+      e.per_ms += a * (static_cast<double>(std::max<int64_t>(0, x - e.last)) / dt - e.per_ms);
+      e.last = x;
+    }
     r.per_ms += a * (static_cast<double>(total - r.last_total) / dt - r.per_ms);
+    r.input_per_ms += a * (static_cast<double>(input - r.last_input) / dt - r.input_per_ms);
+    if (input > r.last_input) {
+      const double in = static_cast<double>(input - r.last_input);
+      r.hit += a * (std::clamp(1.0 - static_cast<double>(total - r.last_total) / in, 0.0, 1.0) - r.hit);
+    }
     r.last_total = total;
+    r.last_input = input;
     r.last = now;
   }
   return std::min(0.9, params_.beta_ms * r.per_ms / static_cast<double>(endpoints.size()));
+}
+
+// Requests dispatched per ms to endpoint i: its own smoothed rate shrunk toward the pool's mean by
+// its sample size (n = the requests its 2 s average holds; the pool's mean counts as one request),
+// so an endpoint with few requests in its window is not taken at its noise.
+double SluicePolicy::arrivals_of(size_t i, size_t endpoints) const {
+  const double prompt = std::max(1.0, mean_prompt_);
+  const double pool = rate_.input_per_ms / prompt / static_cast<double>(std::max<size_t>(1, endpoints));
+  if (i >= endpoint_input_.size()) return pool;
+  const double own = endpoint_input_[i].per_ms / prompt;
+  const double n = own * 2000.0;
+  return (n * own + pool) / (n + 1.0);
 }
 
 SluicePolicy::SluicePolicy(SluiceParams params, PoolKind kind)
@@ -166,6 +247,13 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
       in.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
     }
     in.prefill_duty = duty;
+    in.reuse = rate_.hit;
+    in.arrivals_per_ms = arrivals_of(i, endpoints.size());
+    if (!embed && !oracle_ && v.index < prefix_.index().endpoints()) {
+      const PrefixIndex& ix = prefix_.index();
+      in.cache_free_tokens = static_cast<double>(std::max<int64_t>(0, ix.capacity(v.index) - static_cast<int64_t>(ix.entries(v.index)))) *
+                             prefix_.block_tokens();
+    }
     e.cost = sluice_cost(p, in);
     e.itl_ms = embed ? 0.0 : sluice_itl_ms(p, in);
     e.meets_slo = e.cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || e.itl_ms <= p.itl_slo_ms);
@@ -208,6 +296,8 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"prefill_imposed_ms", e.cost.prefill_imposed_ms},
                     {"kv_risk_ms", e.cost.kv_ms},
                     {"adapter_ms", e.cost.adapter_ms},
+                    {"eviction_ms", e.cost.eviction_ms},
+                    {"arrivals_per_s", e.in.arrivals_per_ms * 1000},
                     {"itl_ms", e.itl_ms},
                     {"prefill_duty", e.in.prefill_duty},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},

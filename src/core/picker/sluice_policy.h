@@ -4,7 +4,7 @@
 // prefill pairs) and the endpoint's signals; the lowest wins. The cost is this request's own
 // latency plus the latency it adds to the requests it will share the engine with:
 //
-//   cost_ms = ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms
+//   cost_ms = ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + eviction_ms + adapter_ms
 //
 // Inputs per endpoint (own = the gateway's accounting, exact and never stale; ext = requests from
 // other clients, from a fresh scrape, 0 when stale):
@@ -25,21 +25,46 @@
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
 //             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
 //             decode interleaved, our own uncached prefill and its attention)
-//   decode_ms = O x step(B + 1, K + c),  c = I + O / 2 (this request's mean context while decoding)
-//   interference_ms = min(R, B O) x (step(B + 1, K + c) - step(B, K)): the others' tokens produced
-//             while this request decodes, each step longer by its batch slot (delta, and beta past the
-//             weight-read floor) and the KV its attention reads (gamma x c)
-//   (decode_price 1 prices decode only by its lag behind the SLO's pace instead: with
-//    itl(b, k) = step(b, k) / (1 - rho) (rho: the prefill duty, below) and lag = max(0, itl - itl_slo_ms), decode_ms = O x
-//    lag(B + 1, K + c) and interference_ms = min(R, B O) x (lag(B + 1, K + c) - lag(B, K)). On the
-//    hard suite (bench/results/README.md) it keeps TTFT p90 at light load on agent sessions and
-//    fan-out bursts, but holds a hot prefix on too few replicas at 32: plain ms is the default.)
-//   prefill_imposed_ms = B x (max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2)): the time
-//             this request's prefill adds to the steps the batch and the queue behind it share
-//             (by Little's law about as many wait behind as ahead); free under the weight-read floor
+//   The default (decode_price 2, SLO-priced): decode, the slowdown of the batch and the stall of the
+//   decoders are priced by the expected lag behind the ITL SLO's pace, the ITL being uncertain; the
+//   TTFT terms stay in plain ms. The goodput SLO and the TTFT percentile are what is measured: a token
+//   that streams faster than the pace buys neither, so a cold prefill (paid in TTFT, and in the GPU
+//   time others wait for) is bought only when it buys ITL headroom. With
+//     itl(b, k) = step(b, k) / (1 - rho)   (rho: the prefill duty, below)
+//     sd(b, k) = sqrt(b) x (step(b + 1, k + k / b) - step(b, k)) / (1 - rho): the batch count varies
+//             like a Poisson count (an M/G/inf system holds a Poisson number of requests), each
+//             sequence at the batch's mean context
+//     lag(m, s) = E[max(0, X - itl_slo_ms)] for X ~ N(m, s^2)   (smooth: it grows before the pace is
+//             reached, as the chance of missing it does)
+//   decode_ms = O x lag(itl(B + 1, K + c), sd(B + 1, K + c)),  c = I + O / 2 (its mean context)
+//   interference_ms = min(R, B O) x (lag(B + 1, K + c) - lag(B, K)): the others' tokens produced
+//             while this request decodes, each behind the pace by that much more
+//   prefill_imposed_ms = (P + lambda x stall / 2) x stall + D x o x (lag(itl(B, K) + stall / o) - lag(itl(B, K))),
+//             stall = max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2) (the time this prefill
+//             adds to the steps it shares; free under the weight-read floor), o = 2 R / B (a decoder's
+//             output, about twice what it has left): the queue and the requests arriving during
+//             the stall (lambda x stall of them, waiting stall / 2 on average) pay it in TTFT; each
+//             decoder only by the lag it adds to its mean ITL. lambda = requests dispatched per ms to
+//             this endpoint: its own input tokens per ms (smoothed over ~2 s) / the mean prompt,
+//             shrunk toward the pool's mean by its sample size: (n x own + pool) / (n + 1), n =
+//             own x 2000 ms (the requests its average holds; the pool's mean counts as one).
+//   decode_price 0 (plain ms, the default before): decode_ms = O x step(B + 1, K + c),
+//             interference_ms = min(R, B O) x (step(B + 1, K + c) - step(B, K)),
+//             prefill_imposed_ms = B x stall (by Little's law about as many wait behind as ahead).
+//             It copies long contexts at light load to save decode time no SLO needs, paying a cold
+//             prefill in TTFT (agent sessions, fan-out, tool agent: bench/results/README.md).
+//   decode_price 1: the certain lag, lag = max(0, itl - itl_slo_ms), with the plain-ms prefill term;
+//   decode_price 3: the expected lag as 2, with the plain-ms prefill term (holds a hot prefix on too
+//   few replicas: TTFT p90 1.4x cache_aware's at 8 replicas; bench/results/README.md, round 5).
 //   kv_ms = risk^2 x (1 + B) x beta x (I + O),  risk = clamp((u' - kv_risk_start) / (1 - kv_risk_start)),
 //             u' = KV usage (staleness rule) + (U + O) / capacity: the expected cost of a
 //             preemption, whose recompute (beta x its context) stalls the whole batch
+//   eviction_ms = eviction_price x beta x max(0, U + O - F) x h: the blocks it allocates beyond F, the
+//             room the endpoint's prefix cache has left (its learned LRU: capacity from
+//             cache_config_info minus the blocks it holds), evict other prefixes, least recently used
+//             first; h = the pool's share of input tokens found cached (own accounting, smoothed over
+//             ~2 s) is how often a cached token is found again, and a token found again after its
+//             eviction costs its prefill (beta) again. 0 while the caches have room.
 //   adapter_ms = 0 if the adapter is running, adapter_load_ms if it must load into a free slot or is
 //             waiting, adapter_wait_ms if every slot holds another adapter
 //
@@ -80,7 +105,8 @@
 // on H100: c0_ms 2, w_ms 5.5, beta_ms 0.022, delta_ms 0.02, gamma_ms 5e-5, eps_ms 1.5e-6,
 // chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
-// them to the service's own). decode_price 0 (plain ms, above). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
+// priced). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -100,8 +126,9 @@ struct SluiceParams {
   double chunk_tokens = 8192;
   double kv_risk_start = 0.8;
   double ttft_slo_ms = 1000, itl_slo_ms = 50;
-  double decode_price = 0;  // 0: decode time in plain ms; 1: only its lag behind the ITL SLO's pace
+  double decode_price = 2;  // 0: plain ms; 1: certain lag behind the ITL SLO's pace; 2: expected lag (default)
   double queue_limit = 64;
+  double eviction_price = 1;  // 0: evictions are not priced
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;
   double default_output_tokens = 256;
@@ -113,7 +140,10 @@ struct SluiceParams {
 // The cost terms of one (request, endpoint) pair, in ms (see the formula above).
 struct SluiceCost {
   double ttft_ms = 0, decode_ms = 0, interference_ms = 0, prefill_imposed_ms = 0, kv_ms = 0, adapter_ms = 0;
-  double total() const { return ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms; }
+  double eviction_ms = 0;
+  double total() const {
+    return ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms + eviction_ms;
+  }
 };
 
 // What the cost is computed from (the inputs named above), so each term can be tested on its own.
@@ -126,8 +156,22 @@ struct SluiceInputs {
   double kv_usage = 0, capacity_tokens = 1;     // u, KV capacity in tokens
   double adapter_ms = 0;
   double prefill_duty = 0;                      // rho
+  double cache_free_tokens = 1e18;              // F: the endpoint's prefix cache not yet holding any prefix
+  double reuse = 0;                             // h: the pool's share of input tokens found cached
+  double arrivals_per_ms = 0;                   // lambda: requests dispatched per ms per endpoint
 };
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in);
+// E[max(0, X - limit)] for X normal with this mean and standard deviation (max(0, mean - limit)
+// when sd is 0), and P(X > limit).
+double sluice_expected_excess(double mean, double sd, double limit);
+double sluice_excess_probability(double mean, double sd, double limit);
+// The ITL of a batch of b sequences reading k KV tokens: its mean (the step stretched by the prefill
+// duty) and its standard deviation (the batch count varying like a Poisson count, sqrt(b) sequences
+// at the batch's mean context).
+struct SluiceItl {
+  double mean_ms = 0, sd_ms = 0;
+};
+SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double prefill_duty);
 // The inter-token latency the request would see (and impose on its batch), itl_ms above.
 double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in);
 // True when the request would meet the SLO on this endpoint.
@@ -146,6 +190,7 @@ class SluicePolicy : public Policy {
   void on_endpoints_reset(size_t count) override {
     prefix_.reset(count);
     rate_ = PrefillRate{};
+    endpoint_input_.clear();
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
@@ -170,9 +215,11 @@ class SluicePolicy : public Policy {
   };
   // Uncached tokens dispatched to one endpoint per ms, smoothed (the prefill duty's input).
   struct PrefillRate {
-    int64_t last_total = -1;
+    int64_t last_total = -1, last_input = 0;
     Time last{};
     double per_ms = 0;
+    double hit = 0;  // the share of input tokens predicted cached, smoothed the same way
+    double input_per_ms = 0;  // input tokens dispatched per ms
   };
   void evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now);
   double prefill_duty(std::span<const EndpointView> endpoints, Time now);
@@ -186,6 +233,14 @@ class SluicePolicy : public Policy {
   size_t cursor_ = 0;
   std::vector<Eval> evals_;
   PrefillRate rate_;  // the pool's uncached tokens dispatched (the prefill duty's input)
+  // Per endpoint (by position): input tokens at the last sample, and input tokens per ms, smoothed
+  // like the pool's (the arrival rate's input).
+  struct EndpointInput {
+    int64_t last = 0;
+    double per_ms = 0;
+  };
+  std::vector<EndpointInput> endpoint_input_;
+  double arrivals_of(size_t i, size_t endpoints) const;
 };
 
 }  // namespace sluice

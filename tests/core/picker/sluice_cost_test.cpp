@@ -15,8 +15,14 @@ namespace {
 
 using testing::FakePool;
 
-const SluiceParams kP{};
-const SluiceParams kPlain{};  // the default: decode priced in plain ms
+// Decode priced in plain ms (decode_price 0): the terms that do not depend on the pricing use it.
+SluiceParams plain_ms() {
+  SluiceParams p;
+  p.decode_price = 0;
+  return p;
+}
+const SluiceParams kP = plain_ms();
+const SluiceParams kPlain = plain_ms();
 // Decode priced by its lag behind the ITL SLO's pace (decode_price 1).
 SluiceParams lag_priced() {
   SluiceParams p;
@@ -299,7 +305,9 @@ TEST(SluicePolicyBehaviour, BurstOfOnePromptStaysTogetherWhileTheWarmEndpointAbs
   EXPECT_GE(large[1], 60);
   EXPECT_LE(large[1], 130);
   EXPECT_GE(large.size(), 2u);
-  // The default, decode in plain ms: the decoders' KV reads make copies dearer from the start; 8
+  // The default (SLO-priced): 8 stay together.
+  EXPECT_EQ(burst_of(8)[1], 8);
+  // Decode in plain ms: the decoders' KV reads make copies dearer from the start; 8
   // still fit, 200 spread over all four.
   EXPECT_EQ(burst_of(8, kPlain)[1], 8);
   auto plain = burst_of(200, kPlain);
@@ -366,8 +374,9 @@ TEST(SluiceSlo, MissingTheSloRanksLastWhateverTheCost) {
   EXPECT_FALSE(sluice_meets_slo(kP, in, c));
 
   // In the policy: an endpoint holding the prefix whose batch is past the ITL SLO loses to a cold
-  // one where the request meets it, although its cost (no prefill) is lower.
-  SluicePolicy p({}, PoolKind::chat);
+  // one where the request meets it, although its cost (no prefill) is lower in plain ms (SLO-priced,
+  // the lag past the pace makes it dearer anyway).
+  SluicePolicy p(kPlain, PoolKind::chat);
   FakePool pool(2);
   p.on_endpoints_reset(2);
   const std::string t(8000, 'w');
@@ -389,6 +398,195 @@ TEST(SluiceSlo, MissingTheSloRanksLastWhateverTheCost) {
   ASSERT_EQ(t1["meets_slo"], 0);
   ASSERT_EQ(t0["meets_slo"], 1);
   EXPECT_EQ(testing::rank(p, pool, req)[0].endpoint, 0u);
+}
+
+}  // namespace
+}  // namespace sluice
+
+// ---- decode priced by its expected lag behind the SLO's pace (decode_price 2), and evictions ----
+
+namespace sluice {
+namespace {
+
+SluiceParams slo_priced() {
+  SluiceParams p;
+  p.decode_price = 2;
+  return p;
+}
+const SluiceParams kSlo = slo_priced();
+
+TEST(SluiceSloPrice, IsTheDefault) { EXPECT_EQ(SluiceParams{}.decode_price, 2); }
+
+TEST(SluiceSloPrice, ExpectedExcessIsTheLagOfAnUncertainItl) {
+  // Certain: the plain excess.
+  EXPECT_EQ(sluice_expected_excess(60, 0, 50), 10);
+  EXPECT_EQ(sluice_expected_excess(40, 0, 50), 0);
+  // At the limit: sd x phi(0) = sd / sqrt(2 pi).
+  EXPECT_NEAR(sluice_expected_excess(50, 4, 50), 4 / std::sqrt(2 * M_PI), 1e-12);
+  // Far past it: the plain excess; far below: nothing.
+  EXPECT_NEAR(sluice_expected_excess(90, 4, 50), 40, 1e-9);
+  EXPECT_LT(sluice_expected_excess(10, 4, 50), 1e-12);
+  // Below the limit it is positive and grows as the mean nears it.
+  EXPECT_GT(sluice_expected_excess(46, 4, 50), 0);
+  EXPECT_LT(sluice_expected_excess(42, 4, 50), sluice_expected_excess(46, 4, 50));
+  // P(X > limit): a half at the limit, 0.8413 one sd past it.
+  EXPECT_NEAR(sluice_excess_probability(50, 4, 50), 0.5, 1e-12);
+  EXPECT_NEAR(sluice_excess_probability(54, 4, 50), 0.841344746, 1e-8);
+  EXPECT_EQ(sluice_excess_probability(49, 0, 50), 0);
+  // The derivative of the expected excess is the probability of excess.
+  const double h = 1e-5;
+  EXPECT_NEAR((sluice_expected_excess(47 + h, 3, 50) - sluice_expected_excess(47 - h, 3, 50)) / (2 * h),
+              sluice_excess_probability(47, 3, 50), 1e-6);
+}
+
+TEST(SluiceSloPrice, BatchItlVariesLikeAPoissonCountOfSequences) {
+  const SluiceItl none = sluice_batch_itl(kSlo, 0, 0, 0);
+  EXPECT_NEAR(none.mean_ms, engine_step(0, 0), 1e-12);
+  EXPECT_EQ(none.sd_ms, 0);
+  // 64 sequences of 6k context: sd = sqrt(64) x (the step of one more sequence at the mean context).
+  const SluiceItl b = sluice_batch_itl(kSlo, 64, 64 * 6000, 0);
+  EXPECT_NEAR(b.mean_ms, engine_step(64, 64 * 6000), 1e-12);
+  EXPECT_NEAR(b.sd_ms, 8 * (engine_step(65, 65 * 6000) - engine_step(64, 64 * 6000)), 1e-9);
+  EXPECT_NEAR(b.sd_ms, 8 * (0.02 + 5e-5 * 6000), 1e-9);  // under the weight floor: no beta
+  // The prefill duty stretches both.
+  const SluiceItl s = sluice_batch_itl(kSlo, 64, 64 * 6000, 0.2);
+  EXPECT_NEAR(s.mean_ms, b.mean_ms / 0.8, 1e-9);
+  EXPECT_NEAR(s.sd_ms, b.sd_ms / 0.8, 1e-9);
+}
+
+TEST(SluiceSloPrice, DecodeFarFromThePaceCostsNothingNearItItsExpectedLag) {
+  SluiceInputs in;
+  in.input = 20000;  // a long agent context
+  in.output = 150;
+  in.capacity_tokens = 1e9;
+  in.decoding = 8;
+  in.kv_read = 8 * 20000;  // ~16 ms a token: far under the 50 ms pace
+  in.remaining = 1e9;
+  const SluiceCost c = sluice_cost(kSlo, in);
+  EXPECT_LT(c.decode_ms, 1e-9);
+  EXPECT_LT(c.interference_ms, 1e-9);
+  EXPECT_GT(sluice_cost(kPlain, in).decode_ms, 150 * 15);  // plain ms would count every one of them
+  // Near the pace: O x the expected excess of the batch it joins, and the batch's increase.
+  in.decoding = 40;
+  in.kv_read = 40 * 20000;
+  const SluiceItl w = sluice_batch_itl(kSlo, 41, 40 * 20000 + 20075, 0);
+  const SluiceItl wo = sluice_batch_itl(kSlo, 40, 40 * 20000, 0);
+  ASSERT_GT(w.mean_ms, 45);
+  const double lag1 = sluice_expected_excess(w.mean_ms, w.sd_ms, 50);
+  const double lag0 = sluice_expected_excess(wo.mean_ms, wo.sd_ms, 50);
+  EXPECT_GT(lag1, lag0);
+  const SluiceCost n = sluice_cost(kSlo, in);
+  EXPECT_NEAR(n.decode_ms, 150 * lag1, 1e-9);
+  EXPECT_NEAR(n.interference_ms, 40 * 150 * (lag1 - lag0), 1e-6);
+}
+
+TEST(SluiceSloPrice, PrefillStallCostsTheQueueItsMsAndTheDecodersOnlyTheirLag) {
+  SluiceInputs in;
+  in.input = 6000;
+  in.output = 50;
+  in.capacity_tokens = 1e9;
+  in.decoding = 20;
+  in.queued = 5;
+  in.remaining = 25 * 50;  // 50 tokens left each: about 100 tokens each in all
+  const double stall = 0.022 * 6020 - 5.5 + 1.5e-6 * 6000 * 3000;
+  // 20 short decoders far under the pace: only the 5 queued requests pay the stall.
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, 5 * stall, 1e-9);
+  // Requests arriving during the stall (lambda x stall of them) wait stall / 2 each.
+  in.arrivals_per_ms = 0.01;
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, (5 + 0.01 * stall / 2) * stall, 1e-9);
+  in.arrivals_per_ms = 0;
+  // Decoders near the pace pay the expected lag the stall adds, spread over their ~100 tokens each.
+  in.decoding = 100;
+  in.kv_read = 100 * 8000;
+  in.remaining = 105 * 50;
+  const double stall2 = 0.022 * 6100 - 5.5 + 1.5e-6 * 6000 * 3000;
+  const SluiceItl wo = sluice_batch_itl(kSlo, 105, 100 * 8000, 0);
+  const double shift = sluice_expected_excess(wo.mean_ms + stall2 / 100, wo.sd_ms, 50) -
+                       sluice_expected_excess(wo.mean_ms, wo.sd_ms, 50);
+  ASSERT_GT(shift, 0.1);
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, 5 * stall2 + 100 * 100 * shift, 1e-6);
+  // In plain ms every member of the batch pays the whole stall.
+  EXPECT_NEAR(sluice_cost(kPlain, in).prefill_imposed_ms, 105 * stall2, 1e-6);
+}
+
+TEST(SluiceEviction, BlocksPastTheFreeCacheEvictOthersAtThePoolsReuse) {
+  SluiceInputs in;
+  in.input = 4000;
+  in.output = 100;
+  in.capacity_tokens = 1e9;
+  in.reuse = 0.4;
+  in.cache_free_tokens = 1e6;  // room for it: nothing evicted
+  EXPECT_EQ(sluice_cost(kP, in).eviction_ms, 0);
+  in.cache_free_tokens = 1000;  // 3100 of its 4100 tokens evict prefixes found again 40% of the time
+  EXPECT_NEAR(sluice_cost(kP, in).eviction_ms, 0.022 * 3100 * 0.4, 1e-12);
+  in.cached = 3000;  // warm: only its 1000 uncached tokens and the output are allocated
+  EXPECT_NEAR(sluice_cost(kP, in).eviction_ms, 0.022 * 100 * 0.4, 1e-12);
+  in.reuse = 0;  // nothing is ever found cached: evicting costs nothing
+  EXPECT_EQ(sluice_cost(kP, in).eviction_ms, 0);
+  SluiceParams off = plain_ms();
+  off.eviction_price = 0;
+  in.reuse = 0.4;
+  EXPECT_EQ(sluice_cost(off, in).eviction_ms, 0);
+  EXPECT_NEAR(sluice_cost(kP, in).total() - sluice_cost(off, in).total(), 0.022 * 100 * 0.4, 1e-9);
+}
+
+// The policy's inputs to the eviction term: the free room of each endpoint's learned prefix LRU
+// (capacity from cache_config_info), and the pool's share of input tokens predicted cached.
+TEST(SluiceEviction, FreeRoomAndReuseComeFromThePrefixIndexAndTheOwnAccounting) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  p.on_endpoints_reset(2);
+  for (auto& s : pool.signals) s.kv_capacity_blocks = 1000, s.block_size = 16;
+  auto term = [&](const PickRequest& r, size_t e, std::string_view name, Time now) {
+    std::vector<Explanation> ex;
+    auto v = pool.views();
+    p.explain(r, v, now, ex);
+    for (auto& x : ex[e].terms)
+      if (x.name == name) return x.value;
+    return -1.0;
+  };
+  const std::string a(64 * 600, 'a');  // 600 blocks of 16 tokens
+  auto ra = testing::chat(a, 9600, 0);
+  EXPECT_EQ(term(ra, 0, "eviction_ms", Time{}), 0);  // no reuse seen yet
+  p.on_dispatch(ra, 0, Time{});
+  // Half of the input tokens dispatched in the next second were found cached.
+  pool.loads[0].input_tokens_total = 40000;
+  pool.loads[0].predicted_cached_tokens_total = 20000;
+  term(ra, 0, "eviction_ms", Time{} + std::chrono::seconds(1));
+  const double h = 0.5 * 1000.0 / 3000.0;  // one 1 s step of the 2 s average toward 0.5
+  const std::string b(64 * 600, 'b');
+  auto rb = testing::chat(b, 9600, 0);
+  // Endpoint 0 holds a's blocks (600 and the chat's framing) of 1000: b's 9600 tokens evict what does
+  // not fit in the rest; endpoint 1 is empty.
+  const double held = static_cast<double>(p.prefix().index().entries(0));
+  ASSERT_GE(held, 600);
+  ASSERT_LT(held, 700);
+  // (its output: no bound given, the default 256 tokens)
+  EXPECT_NEAR(term(rb, 0, "eviction_ms", Time{} + std::chrono::seconds(1)), 0.022 * (9600 + 256 - (1000 - held) * 16) * h, 1e-9);
+  EXPECT_EQ(term(rb, 1, "eviction_ms", Time{} + std::chrono::seconds(1)), 0);
+  EXPECT_EQ(term(ra, 0, "eviction_ms", Time{} + std::chrono::seconds(1)), 0);  // a is cached there
+}
+
+// Agent sessions at light load (kind 1 of the hard suite's failures): a 20k-token context warm on
+// endpoint 1 with 8 decoders there, endpoint 0 idle. Plain ms copies the context to the idle endpoint
+// to save decode time no SLO needs (paying a cold prefill in TTFT); SLO-priced, it stays warm.
+TEST(SluicePolicyBehaviour, LongContextStaysWarmWhileTheBatchKeepsThePaceSloPriced) {
+  auto pick = [](const SluiceParams& params, int64_t decoders) {
+    SluicePolicy p(params, PoolKind::chat);
+    FakePool pool(2);
+    p.on_endpoints_reset(2);
+    const std::string t = std::string(80000, 's') + std::string(6000, 't');
+    auto req = testing::chat(t, -1, 150);
+    p.on_dispatch(testing::chat(std::string(80000, 's'), -1, 150), 1, Time{});
+    pool.loads[1].in_flight = decoders;
+    pool.loads[1].live_context_tokens = decoders * 20000;
+    pool.loads[1].decode_tokens = decoders * 75;
+    return testing::rank(p, pool, req)[0].endpoint;
+  };
+  EXPECT_EQ(pick(kPlain, 8), 0u);
+  EXPECT_EQ(pick(kSlo, 8), 1u);
+  // Once the warm batch is past the pace, the context is copied.
+  EXPECT_EQ(pick(kSlo, 60), 0u);
 }
 
 }  // namespace

@@ -21,8 +21,13 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
   auto c = testing::rank(p, pool, testing::chat(t, 1000));
   ASSERT_EQ(c.size(), 1u);
   // TTFT, one step: max(W 5.5, 0.022 x 1000) + C0 2 + attention 1.5e-6 x 1000 x 500 = 24.75 ms;
-  // decode: 100 tokens alone at C0 + W + delta + gamma x 1050 = 7.5725 ms; nobody else to slow down.
-  EXPECT_NEAR(-c[0].score, 24.75 + 757.25, 1e-9);
+  // decode: 100 tokens alone at C0 + W + delta + gamma x 1050 = 7.5725 ms, far under the 50 ms pace:
+  // SLO-priced (the default) it costs nothing; nobody else to slow down.
+  EXPECT_NEAR(-c[0].score, 24.75, 1e-9);
+  SluiceParams plain;
+  plain.decode_price = 0;
+  SluicePolicy pp(plain, PoolKind::chat);
+  EXPECT_NEAR(-testing::rank(pp, pool, testing::chat(t, 1000))[0].score, 24.75 + 757.25, 1e-9);
   EXPECT_EQ(c[0].predicted_cached_tokens, 0);
   std::vector<Explanation> ex;
   auto v = pool.views();
@@ -31,10 +36,10 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
   std::map<std::string_view, double> terms;
   for (auto& term : ex[0].terms) terms[term.name] = term.value;
   EXPECT_NEAR(terms["ttft_ms"], 24.75, 1e-9);
-  EXPECT_NEAR(terms["decode_ms"], 757.25, 1e-9);
+  EXPECT_EQ(terms["decode_ms"], 0);
   // ITL: that step plus its own prefill's stall spread over its tokens, (22 - 5.5 + 0.75) / 100.
   EXPECT_NEAR(terms["itl_ms"], 7.5725 + 0.1725, 1e-9);
-  EXPECT_NEAR(terms["cost_ms"], 782.0, 1e-9);
+  EXPECT_NEAR(terms["cost_ms"], 24.75, 1e-9);
   EXPECT_EQ(terms["uncached_tokens"], 1000);
 }
 
