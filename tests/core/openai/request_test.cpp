@@ -92,6 +92,38 @@ TEST(RequestParse, BadInputGivesClear400) {
   }
 }
 
+// The structure scan (depth limit, trailing content) skips strings' contents: brackets, escaped
+// quotes and escaped backslashes inside a string are text, whatever their number.
+TEST(RequestParse, StructureScanSkipsStringContents) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "[{\\\"}\\\\";  // [{\"}\\ repeated: JSON-escaped quote and backslash
+  const std::string body = "{\"model\":\"m\",\"prompt\":\"" + text + "\"}";
+  auto ok = parse_request(ApiKind::completion, body);
+  ASSERT_TRUE(ok.ok()) << ok.error.message;
+  EXPECT_EQ(ok.request->prompt.size(), 300u * 5);
+
+  // A string ending in an escaped backslash ends there; what follows the root is trailing.
+  auto trailing = parse_request(ApiKind::completion, R"({"model":"m","prompt":"a\\"} {)");
+  ASSERT_FALSE(trailing.ok());
+  EXPECT_NE(trailing.error.message.find("trailing"), std::string::npos) << trailing.error.message;
+
+  // An escaped quote does not end the string: the braces after it are text, the object closes.
+  auto escaped = parse_request(ApiKind::completion, R"({"model":"m","prompt":"\"}\"}"})");
+  ASSERT_TRUE(escaped.ok()) << escaped.error.message;
+  EXPECT_EQ(escaped.request->prompt, "\"}\"}");
+
+  // Nesting outside strings still counts, inside a long text-heavy body.
+  const std::string deep = "{\"model\":\"m\",\"prompt\":\"" + std::string(100000, 'x') + "\",\"x\":" +
+                           std::string(100, '[') + std::string(100, ']') + "}";
+  auto too_deep = parse_request(ApiKind::completion, deep);
+  ASSERT_FALSE(too_deep.ok());
+  EXPECT_NE(too_deep.error.message.find("deeper"), std::string::npos) << too_deep.error.message;
+
+  // Unterminated strings are the parser's to report.
+  EXPECT_FALSE(parse_request(ApiKind::completion, R"({"model":"m","prompt":"abc\")").ok());
+  EXPECT_FALSE(parse_request(ApiKind::completion, R"({"model":"m","prompt":"abc\)").ok());
+}
+
 TEST(RequestRewrite, ModelRewriteKeepsEverythingElse) {
   std::string body = R"({"model" : "llama-3-8b" , "prompt":"p","stream":true})";
   auto r = parse_request(ApiKind::completion, body);
