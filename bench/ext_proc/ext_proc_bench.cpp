@@ -96,6 +96,7 @@ struct AsyncConversation {
   grpc::Status status;
   Step step = start;
   Clock::time_point t0;
+  ~AsyncConversation() { rw.reset(); }
 
   void prepare() {
     auto* hm = headers.mutable_request_headers()->mutable_headers();
@@ -113,6 +114,7 @@ struct AsyncConversation {
     resp_body.mutable_response_body()->set_end_of_stream(true);
   }
   void begin() {
+    rw.reset();  // before its context (it lives in the call's arena)
     ctx = std::make_unique<grpc::ClientContext>();
     rw = stub->PrepareAsyncProcess(ctx.get(), cq);
     step = start;
@@ -268,7 +270,14 @@ Figures run_async(int grpc_port, int conns, int inflight, double seconds) {
   size_t live = convs.size();
   void* tag = nullptr;
   bool ok = false;
-  while (live > 0 && cq.Next(&tag, &ok)) {
+  while (live > 0) {
+    const auto st = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (st == grpc::CompletionQueue::SHUTDOWN) break;
+    if (st == grpc::CompletionQueue::TIMEOUT) {  // a stuck conversation: say where, and give up
+      for (auto& c : convs)
+        if (c.step != AsyncConversation::finished) std::fprintf(stderr, "stuck conversation at step %d\n", static_cast<int>(c.step));
+      std::exit(3);
+    }
     auto* c = static_cast<AsyncConversation*>(tag);
     const int r = c->on(ok);
     if (r == 0) continue;
