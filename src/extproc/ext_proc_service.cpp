@@ -702,6 +702,9 @@ ExtProcService::ExtProcService(Gateway& gateway, const ExtProcConfig& config,
   builder.AddListeningPort(format_host_port(config.listen_host, config.listen_port), grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // No bandwidth-delay probes: they add a PING and its ACK to the connection as data arrives,
+  // for window sizing that picker messages (a few KiB) never need.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.RegisterService(&impl_->service);
   builder.RegisterAsyncGenericService(&impl_->generic);
   const size_t n = static_cast<size_t>(std::max(1, config.threads));

@@ -71,6 +71,7 @@ admin: 127.0.0.1:{admin}
 workers: 2
 ext_proc:
   listen: 127.0.0.1:0
+  threads: 2
   destinations: 3
   objectives: {{critical: 1, batch: -1}}
 pools:
