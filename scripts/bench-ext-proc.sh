@@ -7,6 +7,8 @@
 #   (env: SECONDS_PER_RUN=5 THREADS=8 SLUICE_WORKERS=2 EXT_PROC_THREADS=1 CONNS=4 INFLIGHT=32)
 # The gateway's CPU per pick (its /proc stat around an ext_proc-only run) does not depend on how
 # busy the shared machine is; picks/s does: the load average is printed before and after.
+# COMPARE_WITH=path/to/another/sluice: the same ext_proc-only runs against that binary too (e.g. a
+# build of an older commit), one after the other in this run, for a before/after at the same load.
 # Prints the figures; bench/results/ext_proc.txt keeps a run with its command.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -98,4 +100,23 @@ for client in async sync; do
   python3 -c "t=($after-$before)/$(getconf CLK_TCK); p=$picks; print(f'  gateway CPU: {t:.2f} s for {p} picks = {t/p*1e6:.0f} us per pick -> {p/t:.0f} picks/s per fully used core')"
 done
 curl -s "127.0.0.1:$admin_port/metrics" | grep -E '^sluice_requests_total|^sluice_ext_proc_(streams|bad)' | sed 's/^/  metrics: /'
+if [ -n "${COMPARE_WITH:-}" ]; then
+  kill "$spid"; wait "$spid" 2>/dev/null || true
+  # The other binary, same config but without keys it may not know (ext_proc.threads).
+  sed -E 's/, threads: [0-9]+\}/}/' "$tmp/sluice.yaml" > "$tmp/other.yaml"
+  "$COMPARE_WITH" serve -c "$tmp/other.yaml" --access-log off --log-level warn &
+  pids+=($!)
+  spid=$!
+  wait_port "$sluice_port"
+  wait_port "$grpc_port"
+  echo "compared with $COMPARE_WITH ($("$COMPARE_WITH" --version 2>&1 | head -1)), same runs:"
+  for client in async sync; do
+    before=$(cpu)
+    out=$("${bench[@]}" --only ext_proc --client "$client")
+    after=$(cpu)
+    echo "$out"
+    picks=$(echo "$out" | sed -E 's/.* ([0-9]+) picks, .*/\1/')
+    python3 -c "t=($after-$before)/$(getconf CLK_TCK); p=$picks; print(f'  gateway CPU: {t:.2f} s for {p} picks = {t/p*1e6:.0f} us per pick -> {p/t:.0f} picks/s per fully used core')"
+  done
+fi
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -86,7 +86,7 @@ bool ext_proc_request(pb::ExternalProcessor::Stub& stub) {
 // poller between them), so the shared cores measure the gateway rather than the load generator.
 struct AsyncConversation {
   enum Step { start, wrote_headers, wrote_body, read_headers, read_body, wrote_resp_headers, read_resp_headers,
-              wrote_resp_body, read_resp_body, finished };
+              wrote_resp_body, read_resp_body, closed, finished };
   pb::ExternalProcessor::Stub* stub = nullptr;
   grpc::CompletionQueue* cq = nullptr;
   std::unique_ptr<grpc::ClientContext> ctx;
@@ -123,6 +123,7 @@ struct AsyncConversation {
   }
   // One completed operation; returns 1 when a conversation ended ok, -1 on an error, 0 otherwise.
   int on(bool ok) {
+    if (!ok && step == closed) ok = true;  // the server may have finished first: nothing to half-close
     if (!ok && step != finished) {  // the stream broke: collect the status
       step = finished;
       rw->Finish(&status, this);
@@ -145,7 +146,8 @@ struct AsyncConversation {
       case wrote_resp_body: step = read_resp_body; rw->Read(&in, this); return 0;
       case read_resp_body:
         if (!in.has_response_body()) return fail();
-        step = finished; rw->Finish(&status, this); return 0;
+        step = closed; rw->WritesDone(this); return 0;  // half-close, as Envoy does
+      case closed: step = finished; rw->Finish(&status, this); return 0;
       case finished: return status.ok() ? 1 : -1;
     }
     return -1;
