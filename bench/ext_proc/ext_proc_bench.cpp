@@ -95,6 +95,7 @@ struct AsyncConversation {
   pb::ProcessingResponse in;
   grpc::Status status;
   Step step = start;
+  bool failed = false;
   Clock::time_point t0;
   ~AsyncConversation() { rw.reset(); }
 
@@ -118,6 +119,7 @@ struct AsyncConversation {
     ctx = std::make_unique<grpc::ClientContext>();
     rw = stub->PrepareAsyncProcess(ctx.get(), cq);
     step = start;
+    failed = false;
     t0 = Clock::now();
     rw->StartCall(this);
   }
@@ -148,16 +150,15 @@ struct AsyncConversation {
         if (!in.has_response_body()) return fail();
         step = closed; rw->WritesDone(this); return 0;  // half-close, as Envoy does
       case closed: step = finished; rw->Finish(&status, this); return 0;
-      case finished: return status.ok() ? 1 : -1;
+      case finished: return status.ok() && !failed ? 1 : -1;
     }
     return -1;
   }
-  int fail() {
-    status = grpc::Status(grpc::StatusCode::INTERNAL, "unexpected answer");
+  int fail() {  // an unexpected answer: cancel, collect the status (into a member: it is written later)
+    failed = true;
     ctx->TryCancel();
     step = finished;
-    grpc::Status ignored;
-    rw->Finish(&ignored, this);
+    rw->Finish(&status, this);
     return 0;
   }
 };
