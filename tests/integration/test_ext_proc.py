@@ -71,6 +71,7 @@ admin: 127.0.0.1:{admin}
 workers: 2
 ext_proc:
   listen: 127.0.0.1:0
+  threads: 2
   destinations: 3
   objectives: {{critical: 1, batch: -1}}
 pools:
@@ -331,6 +332,17 @@ admission:
             name = service.encode()
             req = (b"\x0a" + bytes([len(name)]) + name) if name else b""
             self.assertEqual(check(req, timeout=5), b"\x08\x01", service)  # status: SERVING
+        with self.assertRaises(grpc.RpcError) as cm:
+            check(b"\x0a\x05other", timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
+        watch = self.channel.unary_stream("/grpc.health.v1.Health/Watch")
+        stream = watch(b"\x0a\x08liveness", timeout=5)
+        self.assertEqual(next(stream), b"\x08\x01")  # the status at once
+        stream.cancel()
+        self.assertEqual(next(watch(b"\x0a\x05other", timeout=5)), b"\x08\x03")  # SERVICE_UNKNOWN
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.channel.unary_unary("/no.such.Service/Method")(b"", timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
 
     # ---- the same picker: prefix affinity through ext_proc matches the standalone path ----
     def test_prefix_hit_rate_matches_standalone(self):

@@ -11,8 +11,8 @@ namespace sluice {
 using namespace config_yaml;
 
 ExtProcConfig parse_ext_proc_yaml(const YAML::Node& n, const std::string& path) {
-  if (!n.IsMap()) fail(path, "expected a mapping (listen, destinations, objectives, fairness_id_selects_tenant)");
-  check_keys(n, path, {"listen", "destinations", "objectives", "fairness_id_selects_tenant"});
+  if (!n.IsMap()) fail(path, "expected a mapping (listen, destinations, objectives, fairness_id_selects_tenant, threads)");
+  check_keys(n, path, {"listen", "destinations", "objectives", "fairness_id_selects_tenant", "threads"});
   ExtProcConfig c;
   if (!n["listen"]) fail(path + ".listen", "is required (host:port)");
   const auto listen = get<std::string>(n["listen"], path + ".listen", "host:port");
@@ -22,6 +22,7 @@ ExtProcConfig parse_ext_proc_yaml(const YAML::Node& n, const std::string& path) 
   c.listen_host = hp->host;
   c.listen_port = hp->port;
   if (n["destinations"]) c.destinations = static_cast<int>(get_int(n["destinations"], path + ".destinations", 1, 16));
+  if (n["threads"]) c.threads = static_cast<int>(get_int(n["threads"], path + ".threads", 1, 64));
   if (const auto& o = n["objectives"]) {
     if (!o.IsMap()) fail(path + ".objectives", "expected a mapping of objective name: integer priority");
     for (const auto& kv : o) {

@@ -6,6 +6,7 @@
 //   ext_proc:
 //     listen: 127.0.0.1:9002        # required: the gRPC listener (port 0: ephemeral)
 //     destinations: 3               # length of the ordered x-gateway-destination-endpoint list (1-16)
+//     threads: 1                    # gRPC poller threads, one completion queue each (1-64)
 //     objectives: {critical: 10, batch: -1}   # x-llm-d-inference-objective name -> priority
 //     fairness_id_selects_tenant: false       # true: x-llm-d-inference-fairness-id names the tenant
 //                                             # (the proxy in front authenticated the client)
@@ -37,6 +38,7 @@ struct ExtProcConfig {
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 9002;
   int destinations = 3;
+  int threads = 1;
   std::map<std::string, int, std::less<>> objectives;
   bool fairness_id_selects_tenant = false;
 };

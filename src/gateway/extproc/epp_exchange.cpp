@@ -451,20 +451,26 @@ void EppExchange::on_response_body(std::string_view chunk, bool end_of_stream, s
     else if (s.rewriting && end_of_stream) out.append(s.parser.pending());
     s.flush_tokens();
   } else {
+    // The whole body, for its usage (and the alias rewrite): read in place when it came as one
+    // chunk (a small completion: no copy), else gathered up to kMaxBufferedResponse.
+    std::string_view whole;
     if (!s.whole_overflow) {
-      if (s.whole.size() + chunk.size() > kMaxBufferedResponse) {
+      if (end_of_stream && s.whole.empty()) {
+        whole = chunk;
+      } else if (s.whole.size() + chunk.size() > kMaxBufferedResponse) {
         s.whole_overflow = true;
         if (s.rewriting) out.append(s.whole);  // too large to rewrite: what was held goes on as it is
         s.rewriting = false;
         s.whole.clear();
       } else {
         s.whole.append(chunk);
+        whole = s.whole;
       }
     }
     if (!s.rewriting) out.append(chunk);
     if (end_of_stream && !s.whole_overflow) {
-      if (s.rewriting && !s.rewriter->append(s.whole, out)) out.append(s.whole);
-      if (auto u = find_usage(s.whole)) s.take_usage(*u);
+      if (s.rewriting && !s.rewriter->append(whole, out)) out.append(whole);
+      if (auto u = find_usage(whole)) s.take_usage(*u);
       if (!s.rec.ttft) s.rec.ttft = now - s.start;
       s.guard.on_first_token();
       if (s.rec.completion_tokens > 0) {

@@ -23,7 +23,7 @@
  *   end of response  -> finish(ok | upstream_error); the stream ending first -> client_cancelled
  * Every ending passes finish() exactly once; the guard and the ticket are released there.
  *
- * Threading: the stream calls these methods one at a time (its own lock); decide() runs its
+ * Threading: the stream calls these methods one at a time (from its poller thread); decide() runs its
  * coroutine on the given executor and calls `done` there; cancel() may come from any thread.
  */
 #pragma once

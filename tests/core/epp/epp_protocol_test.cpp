@@ -56,6 +56,8 @@ models:
   EXPECT_EQ(cfg->ext_proc->listen_port, 0);
   EXPECT_EQ(cfg->ext_proc->destinations, 2);
   EXPECT_EQ(cfg->ext_proc->objectives.at("hi"), 3);
+  EXPECT_EQ(cfg->ext_proc->threads, 1);
+  EXPECT_EQ(parse_config("ext_proc: {listen: 127.0.0.1:0, threads: 3}\n" + base)->ext_proc->threads, 3);
   EXPECT_FALSE(parse_config(base)->ext_proc);
   auto error_of = [&](const std::string& y) {
     try {
@@ -68,6 +70,7 @@ models:
   EXPECT_NE(error_of("ext_proc: {destinations: 2}\n" + base).find("ext_proc.listen"), std::string::npos);
   EXPECT_NE(error_of("ext_proc: {listen: 127.0.0.1:1, destinations: 40}\n" + base).find("ext_proc.destinations"), std::string::npos);
   EXPECT_NE(error_of("ext_proc: {listen: 127.0.0.1:1, colour: red}\n" + base).find("colour"), std::string::npos);
+  EXPECT_NE(error_of("ext_proc: {listen: 127.0.0.1:1, threads: 0}\n" + base).find("ext_proc.threads"), std::string::npos);
 }
 
 TEST(EppConfig, DiscoveryPoolNeedsNoStaticEndpoints) {
