@@ -15,6 +15,18 @@ import http.client
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def access_log_records(path):
+    """The whole lines of a JSON-lines access log, parsed. The gateway writes it through a stdio
+    buffer, so the file can end in the first part of a line (as a log shipper sees it): that part
+    is left for the next read."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    return [json.loads(l) for l in text[: text.rfind("\n") + 1].split("\n") if l.strip()]
+
+
 def read_line_matching(stream, needle, timeout):
     """Reads lines from a pipe until one contains `needle`; returns it (or raises)."""
     deadline = time.time() + timeout
@@ -97,16 +109,13 @@ class Gateway:
         finally:
             c.close()
 
-    def access_records(self, min_count=0, timeout=3):
-        """Access-log lines (flushed every 250 ms by the gateway)."""
+    def access_records(self, min_count=0, timeout=3, until=None):
+        """Access-log lines (flushed every 250 ms by the gateway), until there are min_count of them
+        and until(records) holds, or the timeout (whole lines only: access_log_records)."""
         deadline = time.time() + timeout
         while True:
-            try:
-                with open(self.access_log) as f:
-                    recs = [json.loads(l) for l in f if l.strip()]
-            except FileNotFoundError:
-                recs = []
-            if len(recs) >= min_count or time.time() > deadline:
+            recs = access_log_records(self.access_log)
+            if (len(recs) >= min_count and (until is None or until(recs))) or time.time() > deadline:
                 return recs
             time.sleep(0.05)
 

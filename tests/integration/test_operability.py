@@ -336,8 +336,10 @@ tenants:
         self.assertEqual(self.post("m1-latest", "acme-key")[0], 404, "an alias is its own name")
         self.assertEqual(self.post("lora-a", "acme-key")[0], 200)
         self.assertEqual(self.post("m2", "beta-key")[0], 200)
-        recs = [r for r in self.gw.access_records(min_count=1) if r["path"] == "/v1/chat/completions"]
-        by_model = {(r["model"], r["tenant"]): r for r in recs}
+        def chat_records(recs):
+            return {(r["model"], r["tenant"]): r for r in recs if r["path"] == "/v1/chat/completions"}
+        by_model = chat_records(self.gw.access_records(
+            until=lambda recs: {("m2", "acme"), ("zz", "acme")} <= chat_records(recs).keys()))
         self.assertEqual(by_model[("m2", "acme")]["reason"], "model_not_allowed")
         self.assertEqual(by_model[("zz", "acme")]["reason"], "unknown_model")
         text = self.gw.admin("/metrics")[1]

@@ -24,7 +24,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gateway_harness import read_line_matching  # noqa: E402
+from gateway_harness import access_log_records, read_line_matching  # noqa: E402
 
 SLUICE = None
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -111,11 +111,7 @@ class Serve:
     def records(self, n, timeout=3):
         deadline = time.time() + timeout
         while True:
-            try:
-                with open(self.access_log) as f:
-                    recs = [json.loads(l) for l in f if l.strip()]
-            except FileNotFoundError:
-                recs = []
+            recs = access_log_records(self.access_log)
             if len(recs) >= n or time.time() > deadline:
                 return recs
             time.sleep(0.05)
