@@ -100,8 +100,7 @@ Structure scan_structure(std::string_view s, size_t limit) {
           p = quote + 1;
           break;
         }
-        p = esc + 2;  // the escape and the character it escapes (maybe the quote found)
-        if (p > end) return st;
+        p = esc + 2;  // the escape and the character it escapes (maybe the quote found); esc < quote, so p <= end
       }
       continue;
     }
