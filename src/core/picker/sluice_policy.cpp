@@ -108,6 +108,13 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
       // The queue, and the requests arriving during the stall (lambda x stall of them, waiting
       // stall / 2 on average), wait for it in TTFT.
       c.prefill_imposed_ms = (in.queued + in.arrivals_per_ms * stall / 2) * stall + D * each * std::max(0.0, shift);
+      // KV residency: the stall holds the batch's KV that much longer. While the KV has room that
+      // costs nobody; when it is full, every ms of it is taken from the requests waiting for KV,
+      // whose TTFT it delays one for one: all B pay the stall (the plain-ms price). Between, that
+      // price is weighted by u^3 (u = KV usage), the chance that the KV is what binds: negligible
+      // below half full (0.1 at 0.5), most of it near full (0.6 at 0.85).
+      const double u = std::clamp(in.kv_usage, 0.0, 1.0);
+      c.prefill_imposed_ms = std::max(c.prefill_imposed_ms, u * u * u * B * stall);
     } else {
       c.prefill_imposed_ms = B * stall;
     }

@@ -48,6 +48,12 @@
 //             this endpoint: its own input tokens per ms (smoothed over ~2 s) / the mean prompt,
 //             shrunk toward the pool's mean by its sample size: (n x own + pool) / (n + 1), n =
 //             own x 2000 ms (the requests its average holds; the pool's mean counts as one).
+//             The stall also holds the batch's KV that much longer: free while the KV has room,
+//             taken one for one from the requests waiting for KV when it is full. So the term is at
+//             least u^3 x B x stall (u = KV usage; u^3: the chance the KV is what binds, 0.1 at half
+//             full, 0.6 at 0.85, 1 when full: then the plain-ms price below). Without it, under KV
+//             pressure cold copies looked cheap, the hit rate fell, KV filled and the pool collapsed
+//             (kv_pressure, bench/results/README.md round 6).
 //   decode_price 0 (plain ms, the default before): decode_ms = O x step(B + 1, K + c),
 //             interference_ms = min(R, B O) x (step(B + 1, K + c) - step(B, K)),
 //             prefill_imposed_ms = B x stall (by Little's law about as many wait behind as ahead).

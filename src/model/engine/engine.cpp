@@ -160,10 +160,12 @@ void Engine::finish(Request* r, FinishReason why, Time now) {
   hist_.e2e.observe(std::max(0.0, to_seconds(now - r->arrival)));
 }
 
-void Engine::register_full_blocks(Request* r) {
+void Engine::register_full_blocks(Request* r) { register_full_blocks(r, r->num_computed); }
+
+void Engine::register_full_blocks(Request* r, int64_t computed) {
   const size_t bs = static_cast<size_t>(cfg_.block_size);
   while (r->registered < r->hashes.size() && r->registered < r->blocks.size() &&
-         (r->registered + 1) * bs <= static_cast<size_t>(r->num_computed)) {
+         (r->registered + 1) * bs <= static_cast<size_t>(computed)) {
     if (blocks_.events_enabled()) {
       const size_t i = r->registered;
       BlockManager::StoredInfo info;
@@ -219,6 +221,7 @@ std::optional<Duration> Engine::begin_step(Time now) {
       if (victim == r) { self_preempted = true; break; }
     }
     if (self_preempted) continue;  // running_[i] is now the next request
+    if (!r->embedding) register_full_blocks(r, r->num_computed + n);  // cached when scheduled, as vLLM v1
     scheduled_.push_back({r->id, n});
     budget -= n;
     ++i;
@@ -262,6 +265,7 @@ std::optional<Duration> Engine::begin_step(Time now) {
       it = waiting_.erase(it);
       r->running = true;
       running_.push_back(r);
+      if (!r->embedding) register_full_blocks(r, hit_tokens + n);  // cached when scheduled, as vLLM v1
       scheduled_.push_back({r->id, n});
       budget -= n;
     }

@@ -12,6 +12,12 @@
 //      LoRA adapter cannot get a slot is skipped (later ones may pass); one whose blocks cannot be
 //      allocated stops admission. The prefix cache is matched in whole blocks, capped so that the
 //      last prompt token is always recomputed.
+//   A request's full blocks enter the prefix cache when the step that computes them is scheduled,
+//   not when it ends, as vLLM v1's KVCacheManager.allocate_slots caches them (and publishes their
+//   BlockStored events): a request scheduled later in the same step, or while it runs, finds them
+//   cached (the forward pass writes a layer's KV before that layer's attention reads it). Caching
+//   them only at the step's end made a burst of one prompt compute the prefix twice in one step,
+//   doubling that step (fan-out TTFT p90 ~2x, bench/results/README.md round 6).
 //   The step's duration comes from CostModel (plus LoRA load latency for adapters loaded by it).
 //   When it ends, every request whose known tokens are all computed emits one token.
 //
@@ -175,6 +181,7 @@ class Engine {
   void preempt(Request* r);
   void finish(Request* r, FinishReason why, Time now);
   void register_full_blocks(Request* r);
+  void register_full_blocks(Request* r, int64_t computed);  // the full blocks of its first `computed` tokens
   size_t pick_victim(size_t first_unscheduled) const;
   bool adapter_in_use(std::string_view name) const;
   void enqueue_waiting(Request* r, bool at_head);

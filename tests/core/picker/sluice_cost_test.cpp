@@ -509,6 +509,29 @@ TEST(SluiceSloPrice, PrefillStallCostsTheQueueItsMsAndTheDecodersOnlyTheirLag) {
   EXPECT_NEAR(sluice_cost(kPlain, in).prefill_imposed_ms, 105 * stall2, 1e-6);
 }
 
+TEST(SluiceSloPrice, AFullKvMakesTheWholeBatchPayTheStall) {
+  // The stall also holds the batch's KV: past what the queue and the decoders' lag pay, the batch
+  // pays u^3 x B x stall (u = KV usage), all of it when the KV is full.
+  SluiceInputs in;
+  in.input = 6000;
+  in.output = 50;
+  in.capacity_tokens = 1e9;
+  in.decoding = 20;
+  in.queued = 5;
+  in.remaining = 25 * 50;
+  const double stall = 0.022 * 6020 - 5.5 + 1.5e-6 * 6000 * 3000;
+  // Room in the KV: 0.3^3 x 25 = 0.675 < the 5 queued requests' price, which stays.
+  in.kv_usage = 0.3;
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, 5 * stall, 1e-9);
+  // 0.85 full: 0.614 x 25 = 15.4 requests' worth of the stall.
+  in.kv_usage = 0.85;
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, 0.85 * 0.85 * 0.85 * 25 * stall, 1e-9);
+  // Full: the plain-ms price, every member of the batch.
+  in.kv_usage = 1.0;
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, 25 * stall, 1e-9);
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, sluice_cost(kPlain, in).prefill_imposed_ms, 1e-9);
+}
+
 TEST(SluiceEviction, BlocksPastTheFreeCacheEvictOthersAtThePoolsReuse) {
   SluiceInputs in;
   in.input = 4000;

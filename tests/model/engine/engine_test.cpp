@@ -137,6 +137,30 @@ TEST(EngineScheduler, CachedPrefixMakesPrefillCheaper) {
   EXPECT_LT(warm.end - warm.start, cold.end - cold.start);
 }
 
+TEST(EngineScheduler, BlocksAreCachedWhenTheirStepIsScheduled) {
+  // As vLLM v1 (allocate_slots caches the blocks the step will compute): a second request for the
+  // same prompt scheduled in the same step finds the first one's blocks, and so does one that
+  // arrives while that step runs; the prefix is computed once.
+  Engine e(small_config());
+  e.submit(req(1, 100, 1), Time{});
+  e.submit(req(2, 100, 1), Time{});
+  auto first = e.step(Time{});
+  EXPECT_EQ(first.shape.num_tokens, 100 + (100 - 96));
+  e.submit(req(3, 100, 1), first.start);  // arrives mid-step: scheduled by the next one
+  auto run = drain(e, first.end);
+  ASSERT_EQ(run.outs[3].size(), 1u);
+  EXPECT_EQ(run.outs[3][0].cached_tokens, 96);
+  EXPECT_EQ(e.counters().prefix_hits, 96 + 96);
+  // A chunked prefill caches each chunk's blocks as that chunk is scheduled.
+  auto c = small_config();
+  c.max_num_batched_tokens = 40;
+  Engine chunked(c);
+  chunked.submit(req(1, 100, 1, 500), Time{});
+  auto one = chunked.step(Time{});
+  EXPECT_EQ(one.shape.num_tokens, 40);
+  EXPECT_EQ(chunked.blocks().num_cached(), 2);  // 40 tokens: 2 full blocks
+}
+
 TEST(EngineScheduler, ChunkedPrefillWithinTokenBudget) {
   auto c = small_config();
   c.max_num_batched_tokens = 32;
