@@ -116,7 +116,7 @@ void PrefixIndex::grow_table(size_t min_distinct) {
   const double bound = static_cast<double>(std::max<int64_t>(total_capacity(), 1)) / 0.72 + 16;
   size_t target = std::max<size_t>(16, std::min<size_t>(slots_.size() * 2, static_cast<size_t>(bound)));
   target = std::max(target, static_cast<size_t>(static_cast<double>(min_distinct) / 0.75) + 2);
-  std::vector<Slot> old = std::move(slots_);
+  auto old = std::move(slots_);
   slots_.assign(target, Slot{});
   slots_.shrink_to_fit();
   for (const Slot& s : old) {

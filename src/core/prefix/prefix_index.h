@@ -33,6 +33,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/prefix/huge_page_allocator.h"
+
 namespace sluice {
 
 class PrefixIndex {
@@ -111,9 +113,9 @@ class PrefixIndex {
   int64_t total_capacity() const;
 
   int64_t default_capacity_;
-  std::vector<Node> nodes_;
+  std::vector<Node, HugePageAllocator<Node>> nodes_;
   uint32_t free_ = kNil;
-  std::vector<Slot> slots_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
   std::vector<Lru> lrus_;
   size_t entries_ = 0;
   size_t distinct_ = 0;
