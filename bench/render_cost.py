@@ -5,12 +5,13 @@ one with `token_ids: {source: estimate}`, one with `token_ids: {source: render}`
 streaming chat requests (a shared system prompt + a distinct question, closed loop) go through
 each, in interleaved rounds, three modes per prompt size:
 
-  estimate     the estimate gateway (no render call): the baseline
-  render miss  the render gateway, every body new: one render call per request (cache misses)
-  render hit   the render gateway, bodies repeated: answered by its render cache
+  estimate new       the estimate gateway, every body new (no render call): the baseline
+  render new (miss)  the render gateway, the same kind of new bodies: one render call per request
+  estimate repeated  the estimate gateway, 16 bodies repeated (the engines cache them whole)
+  render rep. (hit)  the render gateway, the same repeated bodies: answered by its render cache
 
 Printed per mode: client TTFT (first content token) p50 / p99, the added TTFT against the
-estimate rows of the same run, the gateway's CPU per request (its /proc utime+stime over the
+estimate row of the same bodies in the same run, the gateway's CPU per request (its /proc utime+stime over the
 phase, minus its idle rate measured before: KV-event subscribers and 50 ms scrapes), and the
 simulator's CPU per request (the engine side of the render call: template + tokenizer + JSON).
 
@@ -221,13 +222,13 @@ models:
         say(f"command: /usr/bin/python3 bench/render_cost.py --requests {args.requests} --rounds {args.rounds} "
             f"--concurrency {args.concurrency} --sizes {args.sizes} --tokenizer {args.tokenizer}")
         say()
-        say(f"{'prompt':>8} {'mode':<12} {'n':>5} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} {'added p50':>10} {'added p99':>10} "
+        say(f"{'prompt':>8} {'mode':<18} {'n':>5} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} {'added p50':>10} {'added p99':>10} "
             f"{'gw CPU/req':>11} {'sim CPU/req':>12} {'predicted':>10} {'render ok/hit/timeout/error':>28}")
         seq = 0
         for size in [int(x) for x in args.sizes.split(",")]:
             system = ("You are the sluice render benchmark's assistant; answer from the attached notes only. " * 400)[: max(0, size - 80)]
-            res = {m: {"ttft": [], "gw": 0.0, "sim": 0.0, "n": 0, "err": 0, "pred": 0.0, "prompt": 0.0}
-                   for m in ("estimate", "render miss", "render hit")}
+            modes = ("estimate new", "render new (miss)", "estimate repeated", "render rep. (hit)")
+            res = {m: {"ttft": [], "gw": 0.0, "sim": 0.0, "n": 0, "err": 0, "pred": 0.0, "prompt": 0.0} for m in modes}
             hit_bodies = [json.dumps({"model": MODEL, "stream": True, "max_tokens": 2, "messages": [
                 {"role": "system", "content": system}, {"role": "user", "content": f"repeated question {i}"}]}).encode()
                 for i in range(16)]
@@ -236,8 +237,8 @@ models:
             before = {o: metric(gws["render"][2], "sluice_render_requests_total", outcome=o)
                       for o in ("ok", "cache_hit", "timeout", "error")}
             for rnd in range(args.rounds):
-                for mode in ("estimate", "render miss", "render hit"):
-                    if mode == "render hit":
+                for mode in modes:
+                    if "rep" in mode:
                         bodies = [hit_bodies[i % len(hit_bodies)] for i in range(args.requests)]
                     else:
                         bodies = []
@@ -246,13 +247,14 @@ models:
                             bodies.append(json.dumps({"model": MODEL, "stream": True, "max_tokens": 2, "messages": [
                                 {"role": "system", "content": system},
                                 {"role": "user", "content": f"question {seq}: what do the notes say?"}]}).encode())
-                    gw = gws["estimate" if mode == "estimate" else "render"]
+                    source = "estimate" if mode.startswith("estimate") else "render"
+                    gw = gws[source]
                     k0 = (metric(gw[2], "sluice_kv_predicted_cached_tokens_total"), metric(gw[2], "sluice_kv_prompt_tokens_total"))
                     g0, s0, t0 = cpu_seconds(gw[0].pid), cpu_seconds(sim.pid), time.time()
                     ttfts, errors = run_phase(gw[1], bodies, args.concurrency)
                     dt = time.time() - t0
                     r = res[mode]
-                    r["gw"] += cpu_seconds(gw[0].pid) - g0 - idle["estimate" if mode == "estimate" else "render"] * dt
+                    r["gw"] += cpu_seconds(gw[0].pid) - g0 - idle[source] * dt
                     r["sim"] += cpu_seconds(sim.pid) - s0
                     r["pred"] += metric(gw[2], "sluice_kv_predicted_cached_tokens_total") - k0[0]
                     r["prompt"] += metric(gw[2], "sluice_kv_prompt_tokens_total") - k0[1]
@@ -264,16 +266,17 @@ models:
             after = {o: metric(gws["render"][2], "sluice_render_requests_total", outcome=o)
                      for o in ("ok", "cache_hit", "timeout", "error")}
             counts = "/".join(str(int(after[o] - before[o])) for o in ("ok", "cache_hit", "timeout", "error"))
-            base50, base99 = pct(res["estimate"]["ttft"], 50), pct(res["estimate"]["ttft"], 99)
             for mode, r in res.items():
+                base = res["estimate repeated" if "rep" in mode else "estimate new"]["ttft"]
+                base50, base99 = pct(base, 50), pct(base, 99)
                 p50, p99 = pct(r["ttft"], 50), pct(r["ttft"], 99)
-                added = "" if mode == "estimate" else f"{(p50 - base50) * 1e3:+9.2f}ms {(p99 - base99) * 1e3:+9.2f}ms"
-                say(f"{size:>8} {mode:<12} {r['n']:>5} {r['err']:>4} {p50 * 1e3:>7.2f}ms {p99 * 1e3:>7.2f}ms "
+                added = "" if mode.startswith("estimate") else f"{(p50 - base50) * 1e3:+9.2f}ms {(p99 - base99) * 1e3:+9.2f}ms"
+                say(f"{size:>8} {mode:<18} {r['n']:>5} {r['err']:>4} {p50 * 1e3:>7.2f}ms {p99 * 1e3:>7.2f}ms "
                     f"{added:>21} {r['gw'] / max(1, r['n']) * 1e6:>9.0f}us {r['sim'] / max(1, r['n']) * 1e6:>10.0f}us "
                     f"{r['pred'] / r['prompt'] if r['prompt'] else float('nan'):>10.3f} "
-                    f"{counts if mode != 'estimate' else '':>28}")
+                    f"{counts if mode == modes[-1] else '':>28}")
         say()
-        say("added = this mode's TTFT percentile minus the estimate gateway's in the same run; CPU per request = the "
+        say("added = this mode's TTFT percentile minus the estimate gateway's on the same bodies in the same run; CPU per request = the "
             "process's utime+stime over its phases / requests (gateway: minus its idle rate); predicted = the picker's "
             "predicted cached tokens / prompt tokens of the phase (sluice_kv_predicted_cached_tokens_total, every source).")
     finally:

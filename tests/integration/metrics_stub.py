@@ -84,6 +84,12 @@ class Fleet:
         self.observe(self.queue_b, QUEUE_LE, q, n * 0.98)
         self.observe(self.queue_b, QUEUE_LE, q * 20, n * 0.02)
         self.observe(self.ttft_b, TTFT_LE, 0.2 + 0.1 * math.sin(t / 5), n)
+        # Engine render (token_ids.source render): a third of the bodies from the cache, a trickle of fallbacks.
+        self.add(("render", "ok"), n * 0.6)
+        self.add(("render", "cache_hit"), n * 0.35)
+        self.add(("render", "timeout"), n * 0.03)
+        self.add(("render", "error"), n * 0.02)
+        self.observe(self.render_b, RENDER_LE, 0.002 + 0.001 * math.sin(t / 7), n * 0.65)
         live = [e for e in self.endpoints if e not in self.frozen]
         for i, e in enumerate(self.endpoints):
             share = n / len(self.endpoints)
@@ -98,12 +104,6 @@ class Fleet:
             self.add(("kv_pred_events", e), share * 800 * (0.5 + 0.05 * math.sin(t / 9 + i)))
             self.add(("kv_pred_recent", e), share * 800 * 0.04)
             self.add(("kv_pred_learned", e), share * 800 * 0.01)
-        # Engine render (token_ids.source render): a third of the bodies from the cache, a trickle of fallbacks.
-        self.add(("render", "ok"), n * 0.6)
-        self.add(("render", "cache_hit"), n * 0.35)
-        self.add(("render", "timeout"), n * 0.03)
-        self.add(("render", "error"), n * 0.02)
-        self.observe(self.render_b, RENDER_LE, 0.002 + 0.001 * math.sin(t / 7), n * 0.65)
             if e in live:
                 g = self.gauges[e]
                 g["kv"] = 0.45 + 0.3 * math.sin(t / 6 + i)
