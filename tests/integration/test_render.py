@@ -209,6 +209,7 @@ models:
         self.assertEqual(self.outcome("cache_hit"), hit0 + 3)
         self.assertGreater(self.m("sluice_render_cache_entries", pool="chat"), 0)
         self.assertGreater(self.m("sluice_render_cache_hit_ratio", pool="chat"), 0)
+        self.assertGreater(self.m("sluice_render_cache_tokens", pool="chat"), 0)
         self.assertGreater(self.m("sluice_render_duration_seconds_count", pool="chat"), 0)
 
     def test_faulty_render_falls_back_to_the_estimate(self):
