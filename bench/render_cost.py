@@ -223,12 +223,13 @@ models:
             f"--concurrency {args.concurrency} --sizes {args.sizes} --tokenizer {args.tokenizer}")
         say()
         say(f"{'prompt':>8} {'mode':<18} {'n':>5} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} {'added p50':>10} {'added p99':>10} "
-            f"{'gw CPU/req':>11} {'sim CPU/req':>12} {'predicted':>10} {'render ok/hit/timeout/error':>28}")
+            f"{'gw CPU/req':>11} {'sim CPU/req':>12} {'predicted':>10} {'call mean':>10} {'render ok/hit/timeout/error':>28}")
         seq = 0
         for size in [int(x) for x in args.sizes.split(",")]:
             system = ("You are the sluice render benchmark's assistant; answer from the attached notes only. " * 400)[: max(0, size - 80)]
             modes = ("estimate new", "render new (miss)", "estimate repeated", "render rep. (hit)")
-            res = {m: {"ttft": [], "gw": 0.0, "sim": 0.0, "n": 0, "err": 0, "pred": 0.0, "prompt": 0.0} for m in modes}
+            res = {m: {"ttft": [], "gw": 0.0, "sim": 0.0, "n": 0, "err": 0, "pred": 0.0, "prompt": 0.0, "call_s": 0.0,
+                        "calls": 0.0} for m in modes}
             hit_bodies = [json.dumps({"model": MODEL, "stream": True, "max_tokens": 2, "messages": [
                 {"role": "system", "content": system}, {"role": "user", "content": f"repeated question {i}"}]}).encode()
                 for i in range(16)]
@@ -249,7 +250,8 @@ models:
                                 {"role": "user", "content": f"question {seq}: what do the notes say?"}]}).encode())
                     source = "estimate" if mode.startswith("estimate") else "render"
                     gw = gws[source]
-                    k0 = (metric(gw[2], "sluice_kv_predicted_cached_tokens_total"), metric(gw[2], "sluice_kv_prompt_tokens_total"))
+                    k0 = (metric(gw[2], "sluice_kv_predicted_cached_tokens_total"), metric(gw[2], "sluice_kv_prompt_tokens_total"),
+                          metric(gw[2], "sluice_render_duration_seconds_sum"), metric(gw[2], "sluice_render_duration_seconds_count"))
                     g0, s0, t0 = cpu_seconds(gw[0].pid), cpu_seconds(sim.pid), time.time()
                     ttfts, errors = run_phase(gw[1], bodies, args.concurrency)
                     dt = time.time() - t0
@@ -258,6 +260,8 @@ models:
                     r["sim"] += cpu_seconds(sim.pid) - s0
                     r["pred"] += metric(gw[2], "sluice_kv_predicted_cached_tokens_total") - k0[0]
                     r["prompt"] += metric(gw[2], "sluice_kv_prompt_tokens_total") - k0[1]
+                    r["call_s"] += metric(gw[2], "sluice_render_duration_seconds_sum") - k0[2]
+                    r["calls"] += metric(gw[2], "sluice_render_duration_seconds_count") - k0[3]
                     r["ttft"] += ttfts
                     r["n"] += len(ttfts)
                     r["err"] += len(errors)
@@ -270,10 +274,12 @@ models:
                 base = res["estimate repeated" if "rep" in mode else "estimate new"]["ttft"]
                 base50, base99 = pct(base, 50), pct(base, 99)
                 p50, p99 = pct(r["ttft"], 50), pct(r["ttft"], 99)
+                call = f"{r['call_s'] / r['calls'] * 1e3:.2f}ms" if r["calls"] else ""
                 added = "" if mode.startswith("estimate") else f"{(p50 - base50) * 1e3:+9.2f}ms {(p99 - base99) * 1e3:+9.2f}ms"
                 say(f"{size:>8} {mode:<18} {r['n']:>5} {r['err']:>4} {p50 * 1e3:>7.2f}ms {p99 * 1e3:>7.2f}ms "
                     f"{added:>21} {r['gw'] / max(1, r['n']) * 1e6:>9.0f}us {r['sim'] / max(1, r['n']) * 1e6:>10.0f}us "
                     f"{r['pred'] / r['prompt'] if r['prompt'] else float('nan'):>10.3f} "
+                    f"{call:>10} "
                     f"{counts if mode == modes[-1] else '':>28}")
         say()
         say("added = this mode's TTFT percentile minus the estimate gateway's on the same bodies in the same run; CPU per request = the "

@@ -26,6 +26,7 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr uint32_t kMaxAnswerHead = 64u << 10;
 constexpr uint64_t kMaxAnswerBody = 32u << 20;  // ~4M ids as JSON
 constexpr size_t kMaxIds = size_t{1} << 22;
+constexpr size_t kReadBuffer = 64u << 10;
 }  // namespace
 
 std::string_view to_string(RenderOutcome o) {
@@ -114,6 +115,9 @@ asio::awaitable<RenderResult> render_token_ids(UpstreamPool& upstreams, PoolRunt
       sock.close(ignored);
     });
   boost::beast::flat_buffer buffer;
+  // Beast reads max(512, capacity - size) bytes at a time: room for a long prompt's answer (~6 bytes
+  // per id) in a few reads instead of hundreds.
+  buffer.reserve(kReadBuffer);
   http::response_parser<http::string_body> parser;
   parser.header_limit(kMaxAnswerHead);
   parser.body_limit(kMaxAnswerBody);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 namespace sluice {
 
@@ -34,17 +35,21 @@ size_t skip_space(std::string_view s, size_t i) {
   return i;
 }
 
-// s[i] == '"': the index just past the closing quote, or npos.
+// s[i] == '"': the index just past the closing quote, or npos. Quotes are found with memchr (a
+// prompt is nearly all string content; find_first_of would call memchr once per byte); a quote
+// preceded by an odd run of backslashes is escaped.
 size_t skip_string(std::string_view s, size_t i) {
-  ++i;
+  const size_t first = i + 1;
+  size_t from = first;
   for (;;) {
-    const size_t q = s.find_first_of("\"\\", i);
-    if (q == npos) return npos;
-    if (s[q] == '\\') {
-      i = q + 2;  // the escaped character, whatever it is
-      continue;
-    }
-    return q + 1;
+    if (from >= s.size()) return npos;
+    const void* hit = std::memchr(s.data() + from, '"', s.size() - from);
+    if (!hit) return npos;
+    const size_t q = static_cast<size_t>(static_cast<const char*>(hit) - s.data());
+    size_t run = 0;
+    while (q - run > first && s[q - run - 1] == '\\') ++run;
+    if (run % 2 == 0) return q + 1;
+    from = q + 1;
   }
 }
 
