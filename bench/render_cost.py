@@ -223,13 +223,13 @@ models:
             f"--concurrency {args.concurrency} --sizes {args.sizes} --tokenizer {args.tokenizer}")
         say()
         say(f"{'prompt':>8} {'mode':<18} {'n':>5} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} {'added p50':>10} {'added p99':>10} "
-            f"{'gw CPU/req':>11} {'sim CPU/req':>12} {'predicted':>10} {'call mean':>10} {'render ok/hit/timeout/error':>28}")
+            f"{'gw CPU/req':>11} {'sim CPU/req':>12} {'predicted':>10} {'of events':>10} {'call mean':>10} {'render ok/hit/timeout/error':>28}")
         seq = 0
         for size in [int(x) for x in args.sizes.split(",")]:
             system = ("You are the sluice render benchmark's assistant; answer from the attached notes only. " * 400)[: max(0, size - 80)]
             modes = ("estimate new", "render new (miss)", "estimate repeated", "render rep. (hit)")
             res = {m: {"ttft": [], "gw": 0.0, "sim": 0.0, "n": 0, "err": 0, "pred": 0.0, "prompt": 0.0, "call_s": 0.0,
-                        "calls": 0.0} for m in modes}
+                        "calls": 0.0, "pred_ev": 0.0} for m in modes}
             hit_bodies = [json.dumps({"model": MODEL, "stream": True, "max_tokens": 2, "messages": [
                 {"role": "system", "content": system}, {"role": "user", "content": f"repeated question {i}"}]}).encode()
                 for i in range(16)]
@@ -251,7 +251,8 @@ models:
                     source = "estimate" if mode.startswith("estimate") else "render"
                     gw = gws[source]
                     k0 = (metric(gw[2], "sluice_kv_predicted_cached_tokens_total"), metric(gw[2], "sluice_kv_prompt_tokens_total"),
-                          metric(gw[2], "sluice_render_duration_seconds_sum"), metric(gw[2], "sluice_render_duration_seconds_count"))
+                          metric(gw[2], "sluice_render_duration_seconds_sum"), metric(gw[2], "sluice_render_duration_seconds_count"),
+                          metric(gw[2], "sluice_kv_predicted_cached_tokens_total", source="events"))
                     g0, s0, t0 = cpu_seconds(gw[0].pid), cpu_seconds(sim.pid), time.time()
                     ttfts, errors = run_phase(gw[1], bodies, args.concurrency)
                     dt = time.time() - t0
@@ -262,6 +263,7 @@ models:
                     r["prompt"] += metric(gw[2], "sluice_kv_prompt_tokens_total") - k0[1]
                     r["call_s"] += metric(gw[2], "sluice_render_duration_seconds_sum") - k0[2]
                     r["calls"] += metric(gw[2], "sluice_render_duration_seconds_count") - k0[3]
+                    r["pred_ev"] += metric(gw[2], "sluice_kv_predicted_cached_tokens_total", source="events") - k0[4]
                     r["ttft"] += ttfts
                     r["n"] += len(ttfts)
                     r["err"] += len(errors)
@@ -279,12 +281,15 @@ models:
                 say(f"{size:>8} {mode:<18} {r['n']:>5} {r['err']:>4} {p50 * 1e3:>7.2f}ms {p99 * 1e3:>7.2f}ms "
                     f"{added:>21} {r['gw'] / max(1, r['n']) * 1e6:>9.0f}us {r['sim'] / max(1, r['n']) * 1e6:>10.0f}us "
                     f"{r['pred'] / r['prompt'] if r['prompt'] else float('nan'):>10.3f} "
+                    f"{r['pred_ev'] / r['prompt'] if r['prompt'] else float('nan'):>10.3f} "
                     f"{call:>10} "
                     f"{counts if mode == modes[-1] else '':>28}")
         say()
         say("added = this mode's TTFT percentile minus the estimate gateway's on the same bodies in the same run; CPU per request = the "
             "process's utime+stime over its phases / requests (gateway: minus its idle rate); predicted = the picker's "
-            "predicted cached tokens / prompt tokens of the phase (sluice_kv_predicted_cached_tokens_total, every source).")
+            "predicted cached tokens / prompt tokens of the phase (sluice_kv_predicted_cached_tokens_total, every source: "
+            "the engines' events and the gateway's own recent dispatches); of events = the part predicted from the engines' "
+            "KV events (source events), the part that needs the engine's token ids.")
     finally:
         for p in reversed(procs):
             p.terminate()
