@@ -219,6 +219,11 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
         fail(tp + ".source", "render needs the engines' KV events (pools[].kv_events or endpoints' kv_events): "
                              "the token ids are looked up only in the event index");
       if (p.kind == PoolKind::embedding) fail(tp + ".source", "render is for chat pools (an embedding pool keeps no prefix index)");
+      // The render routes are vLLM's (SGLang and TRT-LLM serve none): every call would fail.
+      for (size_t i = 0; i < p.endpoints.size(); ++i)
+        if (p.endpoints[i].engine != EngineKind::vllm)
+          fail(tp + ".source", fmt::format("render needs vLLM engines (its /v1/chat/completions/render route); "
+                                           "endpoints[{}] is {}", i, to_string(p.endpoints[i].engine)));
     }
   }
   if (const auto& u = n["upstream"]) {

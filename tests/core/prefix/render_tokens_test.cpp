@@ -185,6 +185,8 @@ TEST(RenderTokensConfig, ErrorsNameTheKey) {
   expect_config_error(kPool + ", token_ids: {cache_entries: -1}" + kModels, "pools[0].token_ids.cache_entries");
   expect_config_error("pools: [{name: p, endpoints: ['127.0.0.1:1'], token_ids: {source: render}}]\nmodels: [{name: m, pool: p}]\n",
                       "pools[0].token_ids.source: render needs the engines' KV events");
+  expect_config_error(kPool + ", engine: sglang, token_ids: {source: render}" + kModels,
+                      "pools[0].token_ids.source: render needs vLLM engines (its /v1/chat/completions/render route); endpoints[0] is sglang");
   // estimate needs nothing
   parse_config("pools: [{name: p, endpoints: ['127.0.0.1:1'], token_ids: {source: estimate}}]\nmodels: [{name: m, pool: p}]\n");
 }
