@@ -27,6 +27,10 @@ constexpr uint32_t kMaxAnswerHead = 64u << 10;
 constexpr uint64_t kMaxAnswerBody = 32u << 20;  // ~4M ids as JSON
 constexpr size_t kMaxIds = size_t{1} << 22;
 constexpr size_t kReadBuffer = 64u << 10;
+constexpr auto kMissingRouteBackoff = std::chrono::seconds(30);
+int64_t steady_ns(SteadyClock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 }  // namespace
 
 std::string_view to_string(RenderOutcome o) {
@@ -65,6 +69,11 @@ asio::awaitable<RenderResult> render_token_ids(UpstreamPool& upstreams, PoolRunt
   if (auto hit = rt.cache.find(key)) {
     r.ids = std::move(hit);
     co_return counted(RenderOutcome::cache_hit);
+  }
+
+  if (steady_ns(SteadyClock::now()) < rt.missing_until_ns.load(std::memory_order_relaxed)) {
+    r.error = "the engines serve no render route (404): not asked again yet";
+    co_return counted(RenderOutcome::error);
   }
 
   // The next healthy endpoint in the rotation (any engine of the pool renders alike).
@@ -156,8 +165,17 @@ asio::awaitable<RenderResult> render_token_ids(UpstreamPool& upstreams, PoolRunt
     r.error = ec.message();
     co_return counted(RenderOutcome::error);
   }
-  if (parser.get().result_int() != 200) {
-    r.error = fmt::format("status {}", parser.get().result_int());
+  if (const int status = parser.get().result_int(); status != 200) {
+    r.error = fmt::format("status {}", status);
+    // A missing route (FastAPI's {"detail":"Not Found"}, or 405 / 501), not a missing model (an
+    // OpenAI error body: one adapter not loaded must not stop the calls for the whole pool).
+    const std::string_view answer = parser.get().body();
+    if (status == 405 || status == 501 || (status == 404 && answer.find("\"detail\"") != std::string_view::npos &&
+                                           answer.find("\"error\"") == std::string_view::npos)) {
+      rt.missing_until_ns.store(steady_ns(SteadyClock::now() + kMissingRouteBackoff), std::memory_order_relaxed);
+      spdlog::warn("pool {}: {} answered {} to its render route: token ids estimated for {} s", pool.config().name,
+                   ep.name, status, kMissingRouteBackoff.count());
+    }
     if (parser.keep_alive() && buffer.size() == 0) lease.reusable();
     co_return counted(RenderOutcome::error);
   }

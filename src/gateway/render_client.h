@@ -23,7 +23,9 @@
 //     body's prompt-bearing bytes; answers are kept, failures are not.
 //   fallback: a timeout, a connection error, a non-200 status or an answer that is not vLLM's shape
 //     (parse_render_answer) is counted and the request is picked on the estimate; it never fails the
-//     request.
+//     request. An engine without the route (404 Not Found from the web framework, not a model's 404;
+//     405; 501) stops the calls for kMissingRouteBackoff
+//     (30 s; logged once per occurrence): each request meanwhile is estimated and counted as an error.
 // Connections come from the worker's UpstreamPool (the same slots as the forwarded requests); an
 // answer read whole and cleanly gives its connection back.
 #pragma once
@@ -60,6 +62,9 @@ class RenderRuntime {
   Counter outcomes[kRenderOutcomes];
   Histogram latency;  // calls to the engine (not cache hits), seconds
   std::atomic<uint64_t> cursor{0};
+  // An engine answered 404/405/501 (no render route: a vLLM before the render routes): no calls
+  // until then (steady-clock ns), the requests are estimated and counted as errors.
+  std::atomic<int64_t> missing_until_ns{0};
 };
 
 struct RenderCall {

@@ -43,6 +43,7 @@ std::string_view render_name(RenderFault r) {
     case RenderFault::error: return "error";
     case RenderFault::garbage: return "garbage";
     case RenderFault::slow: return "slow";
+    case RenderFault::missing: return "missing";
   }
   return "ok";
 }
@@ -142,7 +143,8 @@ std::optional<std::string> FaultConfig::apply_json(std::string_view body) {
       else if (s == "error") next.render = RenderFault::error;
       else if (s == "garbage") next.render = RenderFault::garbage;
       else if (s == "slow") next.render = RenderFault::slow;
-      else return "render must be one of ok, error, garbage, slow";
+      else if (s == "missing") next.render = RenderFault::missing;
+      else return "render must be one of ok, error, garbage, slow, missing";
     } else if (key == "render_delay_ms") {
       double ms = 0;
       if (value.get_double().get(ms) || ms < 0 || ms > 600000) return "render_delay_ms must be within [0, 600000]";

@@ -8,8 +8,8 @@
 //    "exit": "replica"|"process",  // replica closes listener + connections / process exits
 //    "metrics": "ok"|"freeze"|"fail"|"slow",                          // /metrics behaviour
 //    "metrics_delay_ms": 500, // delay used by "slow"
-//    "render": "ok"|"error"|"garbage"|"slow",  // the render routes (/v1/*/completions/render):
-//             500, a 200 that is not JSON, or late by render_delay_ms
+//    "render": "ok"|"error"|"garbage"|"slow"|"missing",  // the render routes (/v1/*/completions/render):
+//             500, a 200 that is not JSON, late by render_delay_ms, or 404 (a vLLM without them)
 //    "render_delay_ms": 500,  // delay used by "slow"
 //    "reset": true}
 // "400" errors are vLLM's context-length error. Decisions draw from a seeded generator.
@@ -24,7 +24,7 @@ namespace sluice::sim {
 
 enum class MetricsFault { ok, freeze, fail, slow };
 enum class ExitFault { none, replica, process };
-enum class RenderFault { ok, error, garbage, slow };
+enum class RenderFault { ok, error, garbage, slow, missing };
 
 struct FaultConfig {
   double rate_429 = 0, rate_500 = 0, rate_503 = 0, rate_400 = 0;

@@ -452,6 +452,8 @@ std::vector<engine::TokenId> Replica::tokenize(std::string_view text) const {
 // get generation's 400s; an unknown model 404. Faults (faults.h, "render") answer 500, a 200 that
 // is not JSON, or late.
 asio::awaitable<bool> Replica::handle_render(Connection& c, bool chat, const std::string& body, bool keep_alive) {
+  if (faults_.render == RenderFault::missing)  // a vLLM without the render routes
+    co_return co_await write_response(c.sock, http::status::not_found, R"({"detail":"Not Found"})", keep_alive);
   const ApiKind kind = chat ? ApiKind::chat : ApiKind::completion;
   auto parsed = parse_request(kind, body);
   if (!parsed.ok()) co_return co_await write_error(c.sock, parsed.error.status, parsed.error.message, keep_alive);

@@ -8,6 +8,7 @@
   body is answered by the cache, and requests through the gateway count ok / cache_hit;
 - an engine that answers render with garbage, a 500 or too slowly falls back to the estimate
   (which finds nothing here) and the request still succeeds, in less than the slow answer's delay;
+  an engine without the render routes (404) is not asked again for a while;
 - a client that leaves during the render call cancels it.
 Standard library only."""
 import argparse
@@ -247,6 +248,26 @@ models:
             s.close()
             self.assertTrue(wait_for(lambda: self.outcome("cancelled") == before + 1, 2),
                             fleet.admin_metrics(self.admin))
+        finally:
+            self.faults({"reset": True})
+
+    # Named to run last (unittest orders by name): the pool stops asking for 30 s.
+    def test_without_a_render_route_the_engines_are_not_asked_again(self):
+        try:
+            self.faults({"reset": True, "render": "missing"})
+            calls = self.m("sluice_render_duration_seconds_count", pool="chat")
+            before = self.outcome("error")
+            out, _ = self.explain(chat("[missing] " + PROMPT))
+            self.assertEqual(out["token_ids_source"], "estimate", out)
+            self.assertIn("404", out["render_error"])
+            self.assertEqual(self.m("sluice_render_duration_seconds_count", pool="chat"), calls + 1)
+            # Not asked again: estimated at once, counted, and the requests still succeed.
+            out, _ = self.explain(chat("[missing2] " + PROMPT))
+            self.assertIn("no render route", out["render_error"])
+            status, raw = fleet.http_req(self.listen, "POST", "/v1/chat/completions", chat("[missing3] " + PROMPT), 30)
+            self.assertEqual(status, 200, raw)
+            self.assertEqual(self.m("sluice_render_duration_seconds_count", pool="chat"), calls + 1)
+            self.assertEqual(self.outcome("error"), before + 3)
         finally:
             self.faults({"reset": True})
 
