@@ -335,6 +335,7 @@ asio::awaitable<void> RequestLife::render_token_ids() {
   call.forward_client_auth = !enforcing_;
   call.request_id = rec_.id;
   call.total_deadline = total_deadline_;
+  call.client_gone = [this] { return down_.gone(); };
   RenderResult r = co_await sluice::render_token_ids(upstreams_, *pool_, call, down_.cancel_slot());
   if (!r.error.empty())
     spdlog::debug("request {}: token ids estimated ({} from {}: {})", rec_.id, to_string(r.outcome), r.endpoint, r.error);

@@ -101,6 +101,12 @@ asio::awaitable<RenderResult> render_token_ids(UpstreamPool& upstreams, PoolRunt
   }
   UpstreamLease lease = std::move(acquired.lease);
   tcp::socket& sock = lease.socket();
+  if (call.client_gone && call.client_gone()) {  // left while we connected (the slot was not bound yet)
+    lease.reusable();  // nothing was sent on it
+    observe();
+    r.error = "the client left";
+    co_return counted(RenderOutcome::cancelled);
+  }
 
   std::string head;
   head.reserve(384);

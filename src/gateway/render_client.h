@@ -30,6 +30,7 @@
 // answer read whole and cleanly gives its connection back.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -76,6 +77,7 @@ struct RenderCall {
   bool forward_client_auth = true;  // false when tenants are enforced
   std::string_view request_id;
   SteadyClock::time_point total_deadline = SteadyClock::time_point::max();
+  std::function<bool()> client_gone;  // asked once connected (a leave while connecting); may be empty
 };
 
 struct RenderResult {
