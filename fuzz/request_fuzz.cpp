@@ -1,16 +1,23 @@
 // libFuzzer target: the request body parser and the body rewrite must never crash, whatever the
-// bytes; a parsed request must rewrite to a body that parses again with the new model.
+// bytes; a parsed request must rewrite to a body that parses again with the new model. The same
+// bytes also go through the render cache key and, as an engine's answer, the render answer parser
+// (core/prefix/render_tokens.h): never a crash, and a refusal always says why.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
 #include "core/openai/request.h"
+#include "core/prefix/render_tokens.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const auto kind = static_cast<sluice::ApiKind>(data[0] % 8);  // every ApiKind
   std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  (void)sluice::render_key("m", "", body);
+  auto answer = sluice::parse_render_answer(body, data[0] & 1, 64);
+  if (!answer.ids && answer.error.empty()) std::abort();
+  if (answer.ids && (answer.ids->empty() || answer.ids->size() > 64)) std::abort();
   auto r = sluice::parse_request(kind, body);
   if (!r.ok()) {
     if (r.error.status != 400 || r.error.message.empty()) std::abort();

@@ -130,7 +130,7 @@ EndpointConfig parse_endpoint(const YAML::Node& n, const std::string& path, Engi
 PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
   check_keys(n, path, {"name", "kind", "policy", "policy_params", "engine", "endpoints", "upstream", "scrape",
                        "max_in_flight_per_endpoint", "saturation", "health", "outlier", "retry", "discovery",
-                       "kv_events", "upstream_auth", "upstream_tls"});
+                       "kv_events", "upstream_auth", "upstream_tls", "token_ids"});
   PoolConfig p;
   if (!n["name"]) fail(path + ".name", "is required");
   p.name = get<std::string>(n["name"], path + ".name", "a string");
@@ -199,6 +199,33 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
     }
   }
   for (const auto& ep : p.endpoints) p.kv_events.enabled = p.kv_events.enabled || !ep.kv_events.empty();
+  if (const auto& t = n["token_ids"]) {
+    const auto tp = path + ".token_ids";
+    check_keys(t, tp, {"source", "timeout_ms", "cache_entries", "cache_tokens"});
+    if (t["source"]) {
+      const auto src = get<std::string>(t["source"], tp + ".source", "render or estimate");
+      if (src == "render") p.token_ids.source = TokenIdsConfig::Source::render;
+      else if (src == "estimate") p.token_ids.source = TokenIdsConfig::Source::estimate;
+      else fail(tp + ".source", "expected render or estimate, got '" + src + "'");
+    }
+    if (t["timeout_ms"]) p.token_ids.timeout = get_ms(t["timeout_ms"], tp + ".timeout_ms", 1, 10000);
+    if (t["cache_entries"])
+      p.token_ids.cache_entries = static_cast<size_t>(get_int(t["cache_entries"], tp + ".cache_entries", 0, 10'000'000));
+    if (t["cache_tokens"])
+      p.token_ids.cache_tokens = static_cast<size_t>(get_int(t["cache_tokens"], tp + ".cache_tokens", 0, int64_t{1} << 32));
+    // The ids only feed the engine-event index: without one, the call would cost TTFT for nothing.
+    if (p.token_ids.source == TokenIdsConfig::Source::render) {
+      if (!p.kv_events.enabled && p.kv_events.port == 0)
+        fail(tp + ".source", "render needs the engines' KV events (pools[].kv_events or endpoints' kv_events): "
+                             "the token ids are looked up only in the event index");
+      if (p.kind == PoolKind::embedding) fail(tp + ".source", "render is for chat pools (an embedding pool keeps no prefix index)");
+      // The render routes are vLLM's (SGLang and TRT-LLM serve none): every call would fail.
+      for (size_t i = 0; i < p.endpoints.size(); ++i)
+        if (p.endpoints[i].engine != EngineKind::vllm)
+          fail(tp + ".source", fmt::format("render needs vLLM engines (its /v1/chat/completions/render route); "
+                                           "endpoints[{}] is {}", i, to_string(p.endpoints[i].engine)));
+    }
+  }
   if (const auto& u = n["upstream"]) {
     const auto up = path + ".upstream";
     check_keys(u, up, {"max_connections_per_endpoint", "max_idle_per_endpoint", "idle_timeout_ms"});

@@ -83,6 +83,20 @@ struct KvEventsConfig {
   Duration replay_timeout = std::chrono::milliseconds(500);
 };
 
+// Where the engine-event index's lookup takes a request's token ids from (`token_ids:` per pool;
+// core/prefix/render_tokens.h, gateway/render_client.h). `estimate`: from the text by the byte
+// rule (exact for `sluice sim`, an estimate for a real tokenizer). `render`: the engine's own
+// ids, asked from a healthy endpoint's vLLM render route before the pick, within `timeout`,
+// remembered in an LRU of `cache_entries` answers holding at most `cache_tokens` ids; a timeout,
+// an error or an unreadable answer falls back to the estimate for that request. Needs kv_events.
+struct TokenIdsConfig {
+  enum class Source { estimate, render };
+  Source source = Source::estimate;
+  Duration timeout = std::chrono::milliseconds(50);
+  size_t cache_entries = 4096;
+  size_t cache_tokens = size_t{8} << 20;  // 32 MiB of ids
+};
+
 struct UpstreamLimits {
   int max_connections_per_endpoint = 512;  // open connections, busy + idle
   int max_idle_per_endpoint = 64;          // idle keep-alive connections kept for reuse
@@ -139,6 +153,7 @@ struct PoolConfig {
   // the watch adds and removes them live (gateway/discovery/).
   std::optional<KubernetesDiscoveryConfig> discovery;
   KvEventsConfig kv_events;
+  TokenIdsConfig token_ids;
   // The pool's YAML as parsed (canonical dump): equal fingerprints mean an identical pool, which a
   // reload keeps running as it is (prefix index, signals, connections). Empty: never reused.
   std::string fingerprint;

@@ -11,6 +11,7 @@
 #include "gateway/observability/endpoint_metrics.h"
 #include "gateway/observability/kv_event_metrics.h"
 #include "gateway/observability/process_metrics.h"
+#include "gateway/render_client.h"
 #include "gateway/reload.h"
 
 namespace sluice {
@@ -58,6 +59,7 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
     const auto gen = current();
     append_endpoint_metrics(out, gen->pools, now());
     append_kv_event_metrics(out, gen->pools, now());
+    append_render_metrics(out, gen->pools);
     gen->admission->render(out);
     PromWriter w(out);
     w.family("sluice_active_requests", "gauge", "Requests being served by the gateway.");

@@ -8,6 +8,7 @@
 #include "core/openai/models_list.h"
 #include "core/picker/policy_factory.h"
 #include "gateway/admission_driver.h"
+#include "gateway/render_client.h"
 #include "gateway/signals/health_checker.h"
 #include "gateway/signals/kv_event_subscriber.h"
 #include "gateway/signals/scraper.h"
@@ -28,7 +29,11 @@ PoolRuntime::PoolRuntime(const PoolConfig& config, uint64_t id_, uint64_t seed, 
     if (!router.attach_kv_events(kv_index))
       spdlog::warn("pool {}: policy {} keeps no prefix index: kv_events are received but unused", config.name,
                    config.policy);
+    else if (config.token_ids.source == TokenIdsConfig::Source::render)
+      render = std::make_shared<RenderRuntime>(config.token_ids);
   }
+  if (config.token_ids.source == TokenIdsConfig::Source::render && !render)
+    spdlog::warn("pool {}: token_ids.source render is unused: no kv_events index the policy reads", config.name);
 }
 
 PoolRuntime::~PoolRuntime() { retire(); }

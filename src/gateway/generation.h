@@ -28,6 +28,7 @@ namespace sluice {
 class Scrapers;
 class HealthCheckers;
 class KvEventSubscriber;
+class RenderRuntime;
 struct AdmissionHost;
 
 struct PoolSeries {
@@ -64,6 +65,9 @@ class PoolRuntime {
   // addresses; its subscriber thread is started with the other loops.
   std::shared_ptr<KvEventIndex> kv_index;
   std::shared_ptr<KvEventSubscriber> kv_events;
+  // The engine's token ids for the event index (`token_ids: {source: render}`, render_client.h):
+  // set only when the pool's policy reads a kv_index.
+  std::shared_ptr<RenderRuntime> render;
 };
 
 struct Generation {

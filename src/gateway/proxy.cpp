@@ -20,6 +20,7 @@
 #include "gateway/http/retry_after.h"
 #include "gateway/http/upstream_exchange.h"
 #include "gateway/pick_request.h"
+#include "gateway/render_client.h"
 
 namespace sluice {
 
@@ -91,6 +92,7 @@ class RequestLife {
   asio::awaitable<bool> run();
 
  private:
+  asio::awaitable<void> render_token_ids();
   asio::awaitable<void> forward_and_relay(std::vector<Candidate> candidates);
   asio::awaitable<bool> forward(const std::vector<Candidate>& candidates);
   asio::awaitable<Attempt> attempt(size_t i, size_t candidates, bool fresh);
@@ -143,6 +145,7 @@ class RequestLife {
   PoolRouter* router_ = nullptr;
   PoolHealth* health_ = nullptr;
   PickRequest pick_;
+  std::shared_ptr<const TokenIds> token_ids_;  // the engine's, from its render route (or its cache)
   int64_t predicted_cached_ = 0;  // the chosen candidate's predicted cached prompt tokens
   DispatchGuard guard_;
   std::unique_ptr<AdmissionTicket> ticket_;
@@ -237,9 +240,23 @@ asio::awaitable<bool> RequestLife::run() {
   ticket_ = std::move(admitted.ticket);
   if (!ticket_->tenant().empty()) rec_.tenant = std::string(ticket_->tenant());
 
+  // ---- token ids: the engine's own (its render route) for the event index, when the pool asks ----
+  if (pool_->render && (kind_ == ApiKind::chat || kind_ == ApiKind::completion)) {
+    co_await down_.watching(render_token_ids());
+    if (down_.gone()) {
+      finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
+      co_return false;
+    }
+  }
+
   // ---- pick: every healthy endpoint, best first ----
   phase = SteadyClock::now();
   pick_ = make_pick_request(kind_, *route_, *model_);
+  if (token_ids_) {
+    pick_.token_ids = *token_ids_;
+    // The engine's count (a list of prompts: the first prompt's ids only, so keep the estimate).
+    if (model_->num_inputs <= 1) pick_.input_tokens = static_cast<int64_t>(token_ids_->size());
+  }
   health_ = &pool_->health;
   health_->refresh(gw_.now());
   health_->on_request(gw_.now());
@@ -297,6 +314,32 @@ asio::awaitable<bool> RequestLife::run() {
   if (!finished_) finish(down_.gone() ? Outcome::client_cancelled : Outcome::upstream_error,
                          down_.gone() ? kClientClosedStatus : 502, Reason::internal);
   co_return keep_alive_ && !broken_ && !down_.gone();
+}
+
+// The engine's token ids for this body (render_client.h): its answer, the cache's, or nothing (the
+// pick then estimates them). Whatever the engine does, the request goes on.
+asio::awaitable<void> RequestLife::render_token_ids() {
+  if (down_.gone()) co_return;  // left while queued: nothing to ask for
+  std::string alias_body;  // the engine knows the target, not the alias
+  if (route_->is_alias()) {
+    BodyRewrite rw;
+    rw.model = route_->target;
+    alias_body = rewrite_body(req_.body(), *model_, rw);
+  }
+  RenderCall call;
+  call.kind = kind_;
+  call.model = route_->target;
+  call.adapter = route_->adapter_of.empty() ? std::string_view() : std::string_view(route_->name);
+  call.body = route_->is_alias() ? std::string_view(alias_body) : std::string_view(req_.body());
+  call.authorization = req_[http::field::authorization];
+  call.forward_client_auth = !enforcing_;
+  call.request_id = rec_.id;
+  call.total_deadline = total_deadline_;
+  call.client_gone = [this] { return down_.gone(); };
+  RenderResult r = co_await sluice::render_token_ids(upstreams_, *pool_, call, down_.cancel_slot());
+  if (!r.error.empty())
+    spdlog::debug("request {}: token ids estimated ({} from {}: {})", rec_.id, to_string(r.outcome), r.endpoint, r.error);
+  token_ids_ = std::move(r.ids);
 }
 
 asio::awaitable<void> RequestLife::forward_and_relay(std::vector<Candidate> candidates) {

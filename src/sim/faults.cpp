@@ -37,6 +37,17 @@ std::string_view metrics_name(MetricsFault m) {
   return "ok";
 }
 
+std::string_view render_name(RenderFault r) {
+  switch (r) {
+    case RenderFault::ok: return "ok";
+    case RenderFault::error: return "error";
+    case RenderFault::garbage: return "garbage";
+    case RenderFault::slow: return "slow";
+    case RenderFault::missing: return "missing";
+  }
+  return "ok";
+}
+
 }  // namespace
 
 std::optional<MetricsFault> parse_metrics_fault(std::string_view s) {
@@ -125,6 +136,19 @@ std::optional<std::string> FaultConfig::apply_json(std::string_view body) {
       double ms = 0;
       if (value.get_double().get(ms) || ms < 0 || ms > 600000) return "metrics_delay_ms must be within [0, 600000]";
       next.metrics_delay_ms = ms;
+    } else if (key == "render") {
+      std::string_view s;
+      if (value.get_string().get(s)) return "render must be a string";
+      if (s == "ok") next.render = RenderFault::ok;
+      else if (s == "error") next.render = RenderFault::error;
+      else if (s == "garbage") next.render = RenderFault::garbage;
+      else if (s == "slow") next.render = RenderFault::slow;
+      else if (s == "missing") next.render = RenderFault::missing;
+      else return "render must be one of ok, error, garbage, slow, missing";
+    } else if (key == "render_delay_ms") {
+      double ms = 0;
+      if (value.get_double().get(ms) || ms < 0 || ms > 600000) return "render_delay_ms must be within [0, 600000]";
+      next.render_delay_ms = ms;
     } else {
       return fmt::format("unknown fault '{}'", std::string_view(key));
     }
@@ -136,10 +160,10 @@ std::optional<std::string> FaultConfig::apply_json(std::string_view body) {
 std::string FaultConfig::to_json() const {
   return fmt::format(
       R"({{"error_rate":{{"400":{},"429":{},"500":{},"503":{}}},"latency_spike":{{"probability":{},"ms":{}}},)"
-      R"("hang":{},"exit":"{}","metrics":"{}","metrics_delay_ms":{}}})",
+      R"("hang":{},"exit":"{}","metrics":"{}","metrics_delay_ms":{},"render":"{}","render_delay_ms":{}}})",
       rate_400, rate_429, rate_500, rate_503, spike_probability, spike_ms, hang ? "true" : "false",
       exit == ExitFault::none ? "none" : exit == ExitFault::replica ? "replica" : "process", metrics_name(metrics),
-      metrics_delay_ms);
+      metrics_delay_ms, render_name(render), render_delay_ms);
 }
 
 FaultDecision decide(const FaultConfig& f, std::mt19937_64& rng) {

@@ -8,6 +8,9 @@
 //    "exit": "replica"|"process",  // replica closes listener + connections / process exits
 //    "metrics": "ok"|"freeze"|"fail"|"slow",                          // /metrics behaviour
 //    "metrics_delay_ms": 500, // delay used by "slow"
+//    "render": "ok"|"error"|"garbage"|"slow"|"missing",  // the render routes (/v1/*/completions/render):
+//             500, a 200 that is not JSON, late by render_delay_ms, or 404 (a vLLM without them)
+//    "render_delay_ms": 500,  // delay used by "slow"
 //    "reset": true}
 // "400" errors are vLLM's context-length error. Decisions draw from a seeded generator.
 #pragma once
@@ -21,6 +24,7 @@ namespace sluice::sim {
 
 enum class MetricsFault { ok, freeze, fail, slow };
 enum class ExitFault { none, replica, process };
+enum class RenderFault { ok, error, garbage, slow, missing };
 
 struct FaultConfig {
   double rate_429 = 0, rate_500 = 0, rate_503 = 0, rate_400 = 0;
@@ -30,6 +34,8 @@ struct FaultConfig {
   ExitFault exit = ExitFault::none;
   MetricsFault metrics = MetricsFault::ok;
   double metrics_delay_ms = 1000;
+  RenderFault render = RenderFault::ok;
+  double render_delay_ms = 500;
 
   // Applies a JSON update; returns an error message (and changes nothing) when it is invalid.
   std::optional<std::string> apply_json(std::string_view body);

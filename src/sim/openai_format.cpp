@@ -184,6 +184,15 @@ std::string tokenize_response(const std::vector<engine::TokenId>& tokens, int64_
                      list);
 }
 
+std::string render_object(std::string_view request_id, const std::vector<engine::TokenId>& tokens, std::string_view model,
+                          int64_t n, std::optional<int64_t> max_tokens) {
+  std::string out = R"({"request_id":)" + quoted(request_id) + R"(,"token_ids":[)";
+  for (size_t i = 0; i < tokens.size(); ++i) fmt::format_to(std::back_inserter(out), "{}{}", i ? "," : "", tokens[i]);
+  fmt::format_to(std::back_inserter(out), R"(],"sampling_params":{{"n":{},"max_tokens":{}}},"model":{},"stream":false}})", n,
+                 max_tokens ? fmt::format("{}", *max_tokens) : std::string("null"), quoted(model));
+  return out;
+}
+
 std::string detokenize_response(std::string_view prompt) { return R"({"prompt":)" + quoted(prompt) + "}"; }
 
 std::string rerank_response(const ResponseIds& ids, const std::vector<std::string>& documents,

@@ -78,6 +78,11 @@ std::string text_delta_members(std::string_view msg_id, std::string_view delta, 
 // ---- vLLM's extra routes ----
 std::string tokenize_response(const std::vector<engine::TokenId>& tokens, int64_t max_model_len);
 std::string detokenize_response(std::string_view prompt);
+// One object of vLLM's render routes (/v1/chat/completions/render is one, /v1/completions/render
+// a JSON array of them, one per prompt): the GenerateRequest vLLM would run, without generating.
+//   {"request_id":..,"token_ids":[..],"sampling_params":{"n":..,"max_tokens":..|null},"model":..,"stream":false}
+std::string render_object(std::string_view request_id, const std::vector<engine::TokenId>& tokens, std::string_view model,
+                          int64_t n, std::optional<int64_t> max_tokens);
 // scores[i] for document i; rerank results sorted by score, best first, at most top_n.
 std::string rerank_response(const ResponseIds& ids, const std::vector<std::string>& documents,
                             const std::vector<double>& scores, size_t top_n, int64_t tokens);

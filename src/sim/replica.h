@@ -42,6 +42,10 @@ struct ReplicaConfig {
   engine::OutputLengthDist output_len;
   double time_scale = 1.0;
   double frontend_overhead_ms = 20.0;  // added before queueing (HTTP + tokenizer in real vLLM)
+  // --tokenizer foreign: every id of the byte rule (model/engine/tokenizer.h) moved by one (mod the
+  // vocabulary), so the gateway's estimate never matches the KV events and only the render route
+  // (which uses the same tokenizer) gives the ids the events carry, as with a real tokenizer.
+  bool foreign_tokenizer = false;
   MetricsFlavor metrics_flavor = MetricsFlavor::vllm;
   FaultConfig faults;
   double exit_after_s = 0;  // fault: stop this replica after this many (real) seconds; 0 = never
@@ -85,6 +89,11 @@ class Replica {
   std::pair<int, std::string> handle_lora(bool load, const std::string& body);
   // /tokenize, /detokenize, /v1/rerank, /v1/score (replica_session.cpp).
   std::pair<int, std::string> handle_extra(int kind, const std::string& body);
+  // vLLM's render routes (/v1/chat/completions/render, /v1/completions/render): the token ids the
+  // engine would run, from the same chat template and tokenizer as generation (replica_session.cpp).
+  awaitable<bool> handle_render(Connection& c, bool chat, const std::string& body, bool keep_alive);
+  // The replica's tokenizer (the byte rule, or --tokenizer foreign's).
+  std::vector<engine::TokenId> tokenize(std::string_view text) const;
   Time now() const;
   std::chrono::steady_clock::duration real(Duration engine_time) const;
   void wake_step_loop();

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <simdjson.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "core/openai/request.h"
 #include "sim/openai_format.h"
@@ -52,6 +55,51 @@ std::string context_length_message(int64_t max_len, int64_t prompt, int64_t out)
 std::string random_hex(std::mt19937_64& rng) { return fmt::format("{:016x}{:016x}", rng(), rng()); }
 
 constexpr size_t kMaxStoredResponses = 10000;  // per replica (vLLM keeps them until restart)
+
+// The prompts of a completions body (already checked by parse_request), each as text or as the
+// token ids the client gave: a string, a list of strings, a list of ids, or a list of id lists.
+struct RenderPrompt {
+  std::string text;
+  std::vector<engine::TokenId> ids;
+  bool given_ids = false;
+};
+std::optional<std::vector<RenderPrompt>> completion_prompts(std::string_view body) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element prompt;
+  if (parser.parse(body.data(), body.size())["prompt"].get(prompt)) return std::nullopt;
+  std::vector<RenderPrompt> out;
+  const auto ids_of = [](simdjson::dom::array a, RenderPrompt& p) {
+    p.given_ids = true;
+    for (auto el : a) {
+      uint64_t id = 0;
+      if (el.get_uint64().get(id) || id > UINT32_MAX) return false;
+      p.ids.push_back(static_cast<engine::TokenId>(id));
+    }
+    return true;
+  };
+  if (std::string_view s; !prompt.get_string().get(s)) {
+    out.push_back({std::string(s), {}, false});
+    return out;
+  }
+  simdjson::dom::array arr;
+  simdjson::dom::element first;
+  if (prompt.get_array().get(arr) || arr.at(0).get(first)) return std::nullopt;
+  if (first.is_int64() || first.is_uint64()) {  // one prompt given as ids
+    RenderPrompt p;
+    if (!ids_of(arr, p)) return std::nullopt;
+    out.push_back(std::move(p));
+    return out;
+  }
+  for (auto el : arr) {
+    RenderPrompt p;
+    std::string_view s;
+    simdjson::dom::array inner;
+    if (!el.get_string().get(s)) p.text.assign(s);
+    else if (el.get_array().get(inner) || !ids_of(inner, p)) return std::nullopt;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -148,6 +196,8 @@ asio::awaitable<void> Replica::session(tcp::socket sock) {
                                                       : ApiKind::score;
       auto [status, out] = handle_extra(static_cast<int>(kind), req.body());
       keep_alive = co_await write_response(c.sock, static_cast<http::status>(status), std::move(out), keep_alive);
+    } else if (post && (path == "/v1/chat/completions/render" || path == "/v1/completions/render")) {
+      keep_alive = co_await handle_render(c, path == "/v1/chat/completions/render", req.body(), keep_alive);
     } else if (post && (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings" ||
                         path == "/v1/responses")) {
       const ApiKind kind = path == "/v1/chat/completions" ? ApiKind::chat
@@ -202,7 +252,7 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
     conversation = it->second;
   }
   conversation += rq.rendered.empty() ? std::string_view(rq.prompt) : std::string_view(rq.rendered);
-  auto prompt = engine::tokenize(conversation);
+  auto prompt = tokenize(conversation);
   const auto prompt_len = static_cast<int64_t>(prompt.size());
   const int64_t max_len = cfg_.engine.max_model_len;
   const bool streaming = rq.stream && !embedding;
@@ -390,6 +440,63 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
   co_return !ec && keep_alive;
 }
 
+std::vector<engine::TokenId> Replica::tokenize(std::string_view text) const {
+  auto ids = engine::tokenize(text);
+  if (cfg_.foreign_tokenizer)
+    for (auto& t : ids) t = (t + 1) % engine::kVocabSize;
+  return ids;
+}
+
+// vLLM's render routes: the chat template and the tokenizer of generation (handle_generate), no
+// engine step, so the ids are those the replica's KV events carry for the same body. Bad bodies
+// get generation's 400s; an unknown model 404. Faults (faults.h, "render") answer 500, a 200 that
+// is not JSON, or late.
+asio::awaitable<bool> Replica::handle_render(Connection& c, bool chat, const std::string& body, bool keep_alive) {
+  if (faults_.render == RenderFault::missing)  // a vLLM without the render routes
+    co_return co_await write_response(c.sock, http::status::not_found, R"({"detail":"Not Found"})", keep_alive);
+  const ApiKind kind = chat ? ApiKind::chat : ApiKind::completion;
+  auto parsed = parse_request(kind, body);
+  if (!parsed.ok()) co_return co_await write_error(c.sock, parsed.error.status, parsed.error.message, keep_alive);
+  const RequestModel& rq = *parsed.request;
+  if (rq.model != cfg_.model_name && std::find(adapters_.begin(), adapters_.end(), rq.model) == adapters_.end())
+    co_return co_await write_error(c.sock, 404, fmt::format("The model `{}` does not exist.", rq.model), keep_alive);
+  std::vector<RenderPrompt> prompts;
+  if (chat) {
+    prompts.push_back({rq.rendered, {}, false});
+  } else if (auto p = completion_prompts(body)) {
+    prompts = std::move(*p);
+  } else {
+    co_return co_await write_error(c.sock, 400, "'prompt' must be a string, an array of strings, or an array of token ids.",
+                                   keep_alive);
+  }
+  switch (faults_.render) {
+    case RenderFault::error:
+      co_return co_await write_error(c.sock, 500, "Internal server error (injected render fault)", keep_alive);
+    case RenderFault::garbage:
+      co_return co_await write_response(c.sock, http::status::ok, "{\"token_ids\": [1, 2, oops", keep_alive);
+    case RenderFault::slow: {
+      asio::steady_timer t(io_);
+      t.expires_after(std::chrono::microseconds(static_cast<int64_t>(faults_.render_delay_ms * 1000)));
+      co_await t.async_wait(tuple_awaitable);
+      break;
+    }
+    default: break;
+  }
+  std::string out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto& p = prompts[i];
+    if (!p.given_ids) p.ids = tokenize(p.text);
+    if (static_cast<int64_t>(p.ids.size()) > cfg_.engine.max_model_len)
+      co_return co_await write_error(c.sock, 400, context_length_message(cfg_.engine.max_model_len,
+                                                                        static_cast<int64_t>(p.ids.size()), 0), keep_alive);
+    if (i) out += ',';
+    out += render_object((chat ? "chatcmpl-" : "cmpl-") + random_hex(rng_) + (chat ? "" : fmt::format("-{}", i)), p.ids,
+                         rq.model, rq.n, rq.max_output_tokens);
+  }
+  if (!chat) out = "[" + out + "]";
+  co_return co_await write_response(c.sock, http::status::ok, std::move(out), keep_alive);
+}
+
 // vLLM's extra routes: answered by the front end at once (no engine step), as cheap as vLLM's.
 // Relevance and score: a deterministic function of the text pair (hash-based), in [0, 1).
 std::pair<int, std::string> Replica::handle_extra(int kind_int, const std::string& body) {
@@ -407,7 +514,7 @@ std::pair<int, std::string> Replica::handle_extra(int kind_int, const std::strin
   ids.model = rq.model;
   switch (kind) {
     case ApiKind::tokenize:
-      return {200, tokenize_response(engine::tokenize(rq.rendered), cfg_.engine.max_model_len)};
+      return {200, tokenize_response(tokenize(rq.rendered), cfg_.engine.max_model_len)};
     case ApiKind::detokenize: {
       std::string text;  // rendered holds the ids, space- or newline-separated
       for (size_t i = 0; i < rq.rendered.size();) {

@@ -38,6 +38,7 @@ struct SimFlags {
   uint64_t seed = 1;
   double jitter = 0.05;
   double frontend_overhead_ms = 20;
+  std::string tokenizer = "sluice";
   // faults
   std::string fault_error_rate, fault_latency_spike, fault_metrics = "ok";
   bool fault_hang = false;
@@ -82,6 +83,7 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
   auto flavor = sim::parse_metrics_flavor(f.metrics_format);
   if (!flavor) fail("--metrics-format must be vllm, sglang or trtllm");
   if (f.frontend_overhead_ms < 0) fail("--frontend-overhead-ms must be >= 0");
+  if (f.tokenizer != "sluice" && f.tokenizer != "foreign") fail("--tokenizer must be sluice or foreign");
   if (f.model.empty()) fail("--model must not be empty");
   if (!f.adapters.empty() && f.max_loras == 0) fail("--adapters needs --max-loras > 0");
 
@@ -122,6 +124,7 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
     rc.output_len = *out_len;
     rc.time_scale = f.time_scale;
     rc.frontend_overhead_ms = f.frontend_overhead_ms;
+    rc.foreign_tokenizer = f.tokenizer == "foreign";
     rc.metrics_flavor = *flavor;
     rc.seed = f.seed * 7919 + static_cast<uint64_t>(i);
     rc.kv_events = kv;
@@ -203,6 +206,9 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--seed", flags->seed, "Random seed")->capture_default_str();
   cmd->add_option("--jitter", flags->jitter, "Log-normal sigma of step-time jitter (0 = none)")->capture_default_str();
   cmd->add_option("--frontend-overhead-ms", flags->frontend_overhead_ms, "Added before queueing")->capture_default_str();
+  cmd->add_option("--tokenizer", flags->tokenizer,
+                  "sluice (the gateway's estimate is exact) | foreign (ids no estimate predicts, as a real tokenizer's)")
+      ->capture_default_str();
   cmd->add_option("--fault-error-rate", flags->fault_error_rate, "e.g. 500=0.1,429=0.05,503=0,400=0.01");
   cmd->add_option("--fault-latency-spike", flags->fault_latency_spike, "P:MS, e.g. 0.1:800");
   cmd->add_flag("--fault-hang", flags->fault_hang, "Accept requests, never answer");

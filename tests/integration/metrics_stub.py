@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DIST = os.path.join(ROOT, "web", "dist")
 QUEUE_LE = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 TTFT_LE = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+RENDER_LE = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1]
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8"}
 
@@ -47,6 +48,7 @@ class Fleet:
         self.c = {}  # counters: key tuple -> value
         self.queue_b = [0.0] * (len(QUEUE_LE) + 1)
         self.ttft_b = [0.0] * (len(TTFT_LE) + 1)
+        self.render_b = [0.0] * (len(RENDER_LE) + 1)
         self.gauges = {e: {"kv": 0.2, "waiting": 0, "running": 0, "duty": 0.3, "inflight": 0} for e in self.endpoints}
 
     def add(self, key, v):
@@ -82,6 +84,12 @@ class Fleet:
         self.observe(self.queue_b, QUEUE_LE, q, n * 0.98)
         self.observe(self.queue_b, QUEUE_LE, q * 20, n * 0.02)
         self.observe(self.ttft_b, TTFT_LE, 0.2 + 0.1 * math.sin(t / 5), n)
+        # Engine render (token_ids.source render): a third of the bodies from the cache, a trickle of fallbacks.
+        self.add(("render", "ok"), n * 0.6)
+        self.add(("render", "cache_hit"), n * 0.35)
+        self.add(("render", "timeout"), n * 0.03)
+        self.add(("render", "error"), n * 0.02)
+        self.observe(self.render_b, RENDER_LE, 0.002 + 0.001 * math.sin(t / 7), n * 0.65)
         live = [e for e in self.endpoints if e not in self.frozen]
         for i, e in enumerate(self.endpoints):
             share = n / len(self.endpoints)
@@ -182,6 +190,14 @@ class Fleet:
                 for src in ("events", "recent", "learned"):
                     out.append(f'sluice_kv_predicted_cached_tokens_total{{pool="{p}",endpoint="{e}",source="{src}"}} '
                                f'{self.c.get(("kv_pred_" + src, e), 0):.0f}')
+            fam("sluice_render_requests_total", "counter", "Render lookups by outcome.")
+            for o in ("ok", "cache_hit", "timeout", "error", "cancelled"):
+                out.append(f'sluice_render_requests_total{{pool="{p}",outcome="{o}"}} {self.c.get(("render", o), 0):.0f}')
+            fam("sluice_render_duration_seconds", "histogram", "Seconds.")
+            for le, v in zip(RENDER_LE + [math.inf], self.render_b):
+                out.append(f'sluice_render_duration_seconds_bucket{{pool="{p}",le="{fmt_le(le)}"}} {v:.0f}')
+            out.append(f'sluice_render_duration_seconds_sum{{pool="{p}"}} {self.render_b[-1] * 0.002:.3f}')
+            out.append(f'sluice_render_duration_seconds_count{{pool="{p}"}} {self.render_b[-1]:.0f}')
             fam("sluice_endpoint_healthy", "gauge", "1 when taking traffic.")
             for e in self.endpoints:
                 out.append(f'sluice_endpoint_healthy{{pool="{p}",endpoint="{e}"}} 1')

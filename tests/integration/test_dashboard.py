@@ -82,7 +82,7 @@ def stub_run(shots):
         base = f"http://127.0.0.1:{port}"
         args = ["--url", base, "--freeze-url", f"{base}/stub/freeze?endpoint=e2", "--stale", "e2",
                 "--fresh", "e1,e3", "--silent-freeze-url", f"{base}/stub/freeze?endpoint=e3&silent=1",
-                "--silent-stale", "e3", "--rejects-url", f"{base}/stub/rejects?per_s=8", "--kv",
+                "--silent-stale", "e3", "--rejects-url", f"{base}/stub/rejects?per_s=8", "--kv", "--render",
                 "--diagnoses", json.dumps([[f"{base}/stub/scenario?name=pegged", "Engines are pegged"],
                                            [f"{base}/stub/scenario?name=idle_queueing", "engines look idle"]])]
         if shots:

@@ -5,6 +5,7 @@
 #include "sim/faults.h"
 #include "sim/metrics_format.h"
 #include "sim/openai_format.h"
+#include "core/prefix/render_tokens.h"
 
 namespace sluice::sim {
 namespace {
@@ -140,6 +141,36 @@ TEST(SimFaults, JsonUpdatesAndValidation) {
   EXPECT_TRUE(f.set_latency_spike("x"));
   simdjson::dom::parser p;
   EXPECT_TRUE(bool(p.parse(f.to_json())["hang"]));
+}
+
+// The render routes' object reads back through the gateway's own parser (core/prefix/render_tokens.h).
+TEST(SimOpenAiFormat, RenderObjectIsWhatTheGatewayReads) {
+  const std::string obj = render_object("chatcmpl-1", {3, 1, 4}, "m\"x", 2, 7);
+  simdjson::dom::parser p;
+  auto doc = p.parse(obj);
+  EXPECT_EQ(std::string_view(doc["request_id"]), "chatcmpl-1");
+  EXPECT_EQ(std::string_view(doc["model"]), "m\"x");
+  EXPECT_EQ(int64_t(doc["sampling_params"]["max_tokens"]), 7);
+  EXPECT_EQ(int64_t(doc["sampling_params"]["n"]), 2);
+  auto chat = parse_render_answer(obj, false);
+  ASSERT_TRUE(chat.ids) << chat.error;
+  EXPECT_EQ(*chat.ids, (TokenIds{3, 1, 4}));
+  auto comp = parse_render_answer("[" + obj + "," + render_object("cmpl-2", {9}, "m", 1, std::nullopt) + "]", true);
+  ASSERT_TRUE(comp.ids) << comp.error;
+  EXPECT_EQ(*comp.ids, (TokenIds{3, 1, 4}));
+  EXPECT_TRUE(p.parse(render_object("x", {}, "m", 1, std::nullopt))["sampling_params"]["max_tokens"].is_null());
+}
+
+TEST(SimFaults, RenderFault) {
+  FaultConfig f;
+  EXPECT_FALSE(f.apply_json(R"({"render":"slow","render_delay_ms":250})"));
+  EXPECT_EQ(f.render, RenderFault::slow);
+  EXPECT_EQ(f.render_delay_ms, 250);
+  EXPECT_NE(f.to_json().find("\"render\":\"slow\""), std::string::npos);
+  EXPECT_TRUE(f.apply_json(R"({"render":"sometimes"})"));
+  EXPECT_EQ(f.render, RenderFault::slow);  // an invalid update changes nothing
+  EXPECT_FALSE(f.apply_json(R"({"reset":true})"));
+  EXPECT_EQ(f.render, RenderFault::ok);
 }
 
 TEST(SimMetricsFormat, VllmNamesTypesAndBuckets) {

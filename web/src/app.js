@@ -124,6 +124,10 @@
     kvEvents: new Panel("chart-kv-events", { y: { label: "per second", fmt: (v) => fmtNum(v, 1), min: 1 },
       r: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
     kvSource: new Panel("chart-kv-source", { y: ratio }),
+    // Engine render (pools with token_ids.source render): drawn only while the gateway exports it.
+    render: new Panel("chart-render", { y: { label: "per second", fmt: (v) => fmtNum(v, 1), min: 1 },
+      r: { label: "seconds", fmt: fmtSec, min: 0.001 } }),
+    renderCache: new Panel("chart-render-cache", { y: ratio }),
   };
 
   // ---- state ---------------------------------------------------------------------------------
@@ -312,6 +316,24 @@
         { key: "recent", label: "predicted from recent dispatches", value: share("recent") },
         { key: "learned", label: "predicted from learned (stale events)", value: share("learned") },
         { key: "engine", label: "prefix hit (engine)", value: engineHit },
+      ]);
+    }
+    // Engine render: token-id lookups by outcome (the engine answered, the cache did, or the
+    // request fell back to the estimate on a timeout or error), the call's p99 and the cache's hit rate.
+    const renderShown = P.sum(cur, "sluice_render_requests_total", filter) != null;
+    document.getElementById("render-panels").hidden = !renderShown;
+    if (renderShown) {
+      const byOutcome = (o) => orZero(P.rate(short, cur, "sluice_render_requests_total", (l) => (!filter || filter(l)) && l.outcome === o), rps);
+      const renderAll = P.increase(short, cur, "sluice_render_requests_total", filter);
+      const renderHits = P.increase(short, cur, "sluice_render_requests_total", (l) => (!filter || filter(l)) && l.outcome === "cache_hit");
+      panels.render.push(t, [
+        { key: "ok", label: "rendered by the engine/s", value: byOutcome("ok") },
+        { key: "hit", label: "cache hits/s", value: byOutcome("cache_hit") },
+        { key: "fallback", label: "timeouts + errors (estimated)/s", value: dt > 0 ? byOutcome("timeout") + byOutcome("error") : null },
+        { key: "p99", label: "render p99", scale: "r", value: P.histogramQuantile(0.99, P.bucketIncrease(short, cur, "sluice_render_duration_seconds", filter)) },
+      ]);
+      panels.renderCache.push(t, [
+        { key: "hitRate", label: "render cache hit rate", value: renderAll > 0 && renderHits != null ? renderHits / renderAll : null },
       ]);
     }
     panels.picks.push(t, eps.map(([key, e]) => {

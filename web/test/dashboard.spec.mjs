@@ -3,7 +3,7 @@
 //   node web/test/dashboard.spec.mjs --url http://127.0.0.1:PORT \
 //        --freeze-url URL [--freeze-body JSON] --stale NAME [--fresh NAME,NAME]
 //        [--silent-freeze-url URL --silent-stale NAME]
-//        [--rejects-url URL] [--diagnoses '[["URL","REGEX"],...]'] [--kv] [--screenshot out.png]
+//        [--rejects-url URL] [--diagnoses '[["URL","REGEX"],...]'] [--kv] [--render] [--screenshot out.png]
 //
 // 1. loads URL/dashboard, waits until every chart has points (uPlot data, not just a canvas);
 // 2. checks no stale warning is shown while all endpoints are fresh;
@@ -86,6 +86,11 @@ try {
   if (opt.kv) {
     wanted.kvEvents = ["events/s", "decode errors + skipped/s", "gaps/s", "event lag (max)"];
     wanted.kvSource = ["predicted from events", "predicted from recent dispatches", "prefix hit (engine)"];
+  }
+  // --render: the gateway exports the render series (pools with token_ids.source render).
+  if (opt.render) {
+    wanted.render = ["rendered by the engine/s", "cache hits/s", "timeouts + errors (estimated)/s", "render p99"];
+    wanted.renderCache = ["render cache hit rate"];
   }
   const charts = await waitFor("charts with data", async () => {
     const s = await page.evaluate(() => {

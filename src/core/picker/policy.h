@@ -23,7 +23,11 @@ struct PickRequest {
   std::string_view adapter;      // LoRA adapter name, empty for the base model
   std::string_view text;         // rendered prompt (chat template applied) for prefix hashing
   std::string_view cache_salt;
-  int64_t input_tokens = 0;      // estimated
+  // The prompt's token ids as the engine makes them (its render endpoint, gateway/render_client.h),
+  // when known: the engine-event index (kv_event_index.h) looks them up instead of estimating ids
+  // from `text`. Empty: estimated. Must outlive the pick.
+  std::span<const uint32_t> token_ids;
+  int64_t input_tokens = 0;      // estimated (the engine's count when token_ids are known)
   int64_t max_output_tokens = 0; // output bound used for accounting
 };
 

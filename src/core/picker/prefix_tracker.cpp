@@ -58,7 +58,7 @@ std::span<const uint32_t> PrefixTracker::match(const PickRequest& req) {
                     opts_.max_blocks, matched_);
   request_blocks_ = std::min(req.text.size() / block_chars(), opts_.max_blocks);
   sources_.assign(matched_.size(), KvEventIndex::Source::learned);
-  if (events_) events_->match(req.text, req.adapter, req.cache_salt, now_, matched_, sources_);
+  if (events_) events_->match(req.text, req.adapter, req.cache_salt, now_, matched_, sources_, req.token_ids);
   return matched_;
 }
 
@@ -66,7 +66,7 @@ void PrefixTracker::learn(const PickRequest& req, size_t endpoint) {
   if (endpoint >= index_.endpoints()) index_.grow(endpoint + 1);
   hash(req);
   index_.learn(endpoint, blocks_);
-  if (events_) events_->note_dispatch(endpoint, req.text, req.adapter, req.cache_salt, now_);
+  if (events_) events_->note_dispatch(endpoint, req.text, req.adapter, req.cache_salt, now_, req.token_ids);
 }
 
 int64_t PrefixTracker::cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const {

@@ -152,17 +152,23 @@ void KvEventIndex::rotate_locked(Time now) {
   recent_since_ = now;
 }
 
-void KvEventIndex::request_hashes(std::string_view text, std::string_view lora_name, std::string_view cache_salt) {
+void KvEventIndex::request_hashes(std::string_view text, std::span<const uint32_t> token_ids, std::string_view lora_name,
+                                  std::string_view cache_salt) {
   const size_t bs = static_cast<size_t>(block_size_);
+  hashes_.clear();
+  if (!token_ids.empty()) {  // the engine's own ids: exact, no estimate
+    token_block_hashes(token_ids, bs, token_chain_seed(lora_name, cache_salt), opts_.max_blocks, hashes_);
+    return;
+  }
   const size_t chars = std::min(text.size(), opts_.max_blocks * bs * kEstimateBytesPerToken);
   tokens_.clear();
   estimate_token_ids(text.substr(0, chars), tokens_);
-  hashes_.clear();
   token_block_hashes(tokens_, bs, token_chain_seed(lora_name, cache_salt), opts_.max_blocks, hashes_);
 }
 
 size_t KvEventIndex::match(std::string_view text, std::string_view lora_name, std::string_view cache_salt, Time now,
-                           std::span<uint32_t> matched, std::span<Source> source) {
+                           std::span<uint32_t> matched, std::span<Source> source,
+                           std::span<const uint32_t> token_ids) {
   std::lock_guard lock(mu_);
   rotate_locked(now);
   const size_t n = std::min({matched.size(), source.size(), eps_.size()});
@@ -172,7 +178,7 @@ size_t KvEventIndex::match(std::string_view text, std::string_view lora_name, st
     any_fresh = any_fresh || fresh_locked(eps_[e], now);
   }
   if (!any_fresh) return 0;
-  request_hashes(text, lora_name, cache_salt);
+  request_hashes(text, token_ids, lora_name, cache_salt);
   ev_.assign(eps_.size(), 0);
   rc_.assign(eps_.size(), 0);
   rc2_.assign(eps_.size(), 0);
@@ -189,7 +195,7 @@ size_t KvEventIndex::match(std::string_view text, std::string_view lora_name, st
 }
 
 void KvEventIndex::note_dispatch(size_t e, std::string_view text, std::string_view lora_name,
-                                 std::string_view cache_salt, Time now) {
+                                 std::string_view cache_salt, Time now, std::span<const uint32_t> token_ids) {
   std::lock_guard lock(mu_);
   if (e >= eps_.size()) return;
   rotate_locked(now);
@@ -198,7 +204,7 @@ void KvEventIndex::note_dispatch(size_t e, std::string_view text, std::string_vi
     ep.waiting_for_events = true;
     ep.dispatch_pending_since = now;
   }
-  request_hashes(text, lora_name, cache_salt);
+  request_hashes(text, token_ids, lora_name, cache_salt);
   recent_[0].learn(e, hashes_);
 }
 

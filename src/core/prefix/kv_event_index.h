@@ -135,13 +135,14 @@ class KvEventIndex {
   // matched[e] = leading blocks of the request endpoint e holds by its events (and recent
   // dispatches), source[e] where that came from; for an endpoint whose events are not fresh,
   // matched[e] is left as the caller set it (the learned index) and source[e] = learned.
-  // `text` is the rendered prompt; its token ids are estimated (token_blocks.h).
+  // `token_ids` are the request's ids as the engine makes them (its render endpoint, issue 15
+  // item 3); when empty they are estimated from `text`, the rendered prompt (token_blocks.h).
   // Returns the request's full blocks at the index's block size.
   size_t match(std::string_view text, std::string_view lora_name, std::string_view cache_salt, Time now,
-               std::span<uint32_t> matched, std::span<Source> source);
+               std::span<uint32_t> matched, std::span<Source> source, std::span<const uint32_t> token_ids = {});
   // The request went to endpoint e: its blocks count as held for the recent window.
   void note_dispatch(size_t e, std::string_view text, std::string_view lora_name, std::string_view cache_salt,
-                     Time now);
+                     Time now, std::span<const uint32_t> token_ids = {});
 
   int block_size() const;
   bool fresh(size_t e, Time now) const;
@@ -163,7 +164,8 @@ class KvEventIndex {
   bool fresh_locked(const Endpoint& ep, Time now) const;
   void clear_locked(size_t e);
   void rotate_locked(Time now);
-  void request_hashes(std::string_view text, std::string_view lora_name, std::string_view cache_salt);
+  void request_hashes(std::string_view text, std::span<const uint32_t> token_ids, std::string_view lora_name,
+                      std::string_view cache_salt);
 
   const Options opts_;
   mutable std::mutex mu_;

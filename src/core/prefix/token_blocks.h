@@ -11,7 +11,9 @@
 // Token ids for a request: `estimate_token_ids` is the byte rule of sluice's simulated engine
 // (and llm-d's estimate): the text cut into 4-byte chunks, each chunk's id XXH3_64bits(chunk) %
 // 128000. It is exact for `sluice sim` (src/model/engine/tokenizer.h calls it) and an estimate for
-// a real tokenizer, whose ids only the engine's render endpoint knows (issue 15, item 3: not here).
+// a real tokenizer, whose ids only the engine's render endpoint knows: a pool with
+// `token_ids: {source: render}` asks it (render_tokens.h, gateway/render_client.h) and looks the
+// answer up instead (PickRequest::token_ids).
 #pragma once
 #include <cstdint>
 #include <span>

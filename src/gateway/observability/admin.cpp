@@ -4,6 +4,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
@@ -12,6 +13,8 @@
 #include "gateway/gateway.h"
 #include "gateway/http/http_util.h"
 #include "gateway/pick_request.h"
+#include "gateway/render_client.h"
+#include "core/json_escape.h"
 
 namespace sluice {
 
@@ -50,9 +53,9 @@ asio::awaitable<void> AdminListener::accept_loop() {
 
 // POST /debug/pick with an OpenAI request body (chat messages, or a prompt / input): how the pool's
 // policy ranks its endpoints for it, with every score term, without dispatching anything.
-std::string AdminListener::explain_pick(bool is_post, std::string_view body, bool keep_alive) {
+asio::awaitable<std::string> AdminListener::explain_pick(bool is_post, std::string_view body, bool keep_alive) {
   if (!is_post)
-    return error_response(api_error(405, "Use POST with a request body.", "invalid_request_error", {}, "method_not_allowed"),
+    co_return error_response(api_error(405, "Use POST with a request body.", "invalid_request_error", {}, "method_not_allowed"),
                           keep_alive, {{"Allow", "POST"}});
   ApiKind kind = ApiKind::chat;
   auto parsed = parse_request(kind, body);
@@ -61,18 +64,54 @@ std::string AdminListener::explain_pick(bool is_post, std::string_view body, boo
     auto other = parse_request(kind, body);
     if (other.ok()) parsed = std::move(other);
   }
-  if (!parsed.ok()) return error_response(parsed.error, keep_alive);
+  if (!parsed.ok()) co_return error_response(parsed.error, keep_alive);
   const RequestModel& model = *parsed.request;
   const auto gen = gateway_.current();
   const ModelRoute* route = gen->config->find_model(model.model);
   if (!route)
-    return error_response(api_error(404, fmt::format("The model `{}` does not exist.", model.model),
+    co_return error_response(api_error(404, fmt::format("The model `{}` does not exist.", model.model),
                                     "invalid_request_error", "model", "model_not_found"), keep_alive);
   PoolRouter* router = gen->router(route->pool);
   if (!router)
-    return error_response(api_error(503, "The model's pool has no router.", "server_error", {}, {}), keep_alive);
-  return simple_response(200, "application/json",
-                         router->explain_json(make_pick_request(kind, *route, model), gateway_.now()), keep_alive);
+    co_return error_response(api_error(503, "The model's pool has no router.", "server_error", {}, {}), keep_alive);
+  // Token ids as the request would get them: the pool's render cache or its engines' render route
+  // (a connection of this listener's own), else the estimate; the explanation names the source.
+  PickRequest pick = make_pick_request(kind, *route, model);
+  std::string source = "estimate", render_error;
+  RenderResult rendered;
+  if (PoolRuntime* pool = gen->pool(route->pool); pool && pool->render &&
+                                                  (kind == ApiKind::chat || kind == ApiKind::completion)) {
+    std::string alias_body;
+    RenderCall call;
+    call.kind = kind;
+    call.model = route->target;
+    call.adapter = route->adapter_of.empty() ? std::string_view() : std::string_view(route->name);
+    if (route->is_alias()) {
+      BodyRewrite rw;
+      rw.model = route->target;
+      alias_body = rewrite_body(body, model, rw);
+    }
+    call.body = route->is_alias() ? std::string_view(alias_body) : body;
+    call.forward_client_auth = false;  // the admin listener has no client key to forward
+    const std::string id = new_request_id();
+    call.request_id = id;
+    UpstreamPool upstreams(co_await asio::this_coro::executor, 1);
+    rendered = co_await render_token_ids(upstreams, *pool, call, asio::cancellation_slot());
+    source = std::string(token_ids_source(rendered.outcome));
+    render_error = rendered.error;
+    if (rendered.ids) {
+      pick.token_ids = *rendered.ids;
+      if (model.num_inputs <= 1) pick.input_tokens = static_cast<int64_t>(rendered.ids->size());
+    }
+  }
+  std::string json = router->explain_json(pick, gateway_.now());
+  std::string head = fmt::format("{{\"token_ids_source\":\"{}\"", source);
+  if (!render_error.empty()) {
+    head += ",\"render_error\":";
+    append_json_string(head, render_error);
+  }
+  json = head + "," + json.substr(1);
+  co_return simple_response(200, "application/json", json, keep_alive);
 }
 
 asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
@@ -89,7 +128,7 @@ asio::awaitable<void> AdminListener::serve(tcp::socket socket) {
     if (auto q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
     std::string out;
     if (path == "/debug/pick") {
-      out = explain_pick(req.method() == http::verb::post, req.body(), keep_alive);
+      out = co_await explain_pick(req.method() == http::verb::post, req.body(), keep_alive);
     } else if (req.method() != http::verb::get && req.method() != http::verb::head) {
       out = error_response(api_error(405, "Use GET.", "invalid_request_error", {}, "method_not_allowed"), keep_alive,
                            {{"Allow", "GET"}});

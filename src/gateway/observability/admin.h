@@ -23,7 +23,7 @@ class AdminListener {
  private:
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> serve(boost::asio::ip::tcp::socket socket);
-  std::string explain_pick(bool is_post, std::string_view body, bool keep_alive);
+  boost::asio::awaitable<std::string> explain_pick(bool is_post, std::string_view body, bool keep_alive);
   Gateway& gateway_;
   boost::asio::ip::tcp::acceptor acceptor_;
 };
