@@ -454,7 +454,8 @@ class MetricsDocs(unittest.TestCase):
         self.assertEqual(sorted(set(exported) - set(documented)), [], "exported but missing from docs/metrics.md")
         # Families of the optional subsystems appear only when their config section is set (ext_proc:,
         # discovery:, kv_events:, redis:); their own integration tests scrape them.
-        gated = ("sluice_ext_proc_", "sluice_discovery_", "sluice_kv_", "sluice_redis_", "sluice_shared_budget_")
+        gated = ("sluice_ext_proc_", "sluice_discovery_", "sluice_kv_", "sluice_redis_", "sluice_shared_budget_",
+                 "sluice_peer_load_")
         self.assertEqual(sorted(n for n in set(documented) - set(exported) if not n.startswith(gated)), [],
                          "documented but not exported")
         for name, kind in exported.items():

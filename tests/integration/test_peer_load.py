@@ -13,6 +13,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import metrics_contract  # noqa: E402
 from sluice_fleet import admin_metrics, http_req, metric, start_gateway, start_sim  # noqa: E402
 
 SLUICE = None
@@ -112,6 +114,12 @@ class PeerLoadTest(unittest.TestCase):
             self.assertTrue(wait_for(lambda: metric(admin_metrics(b_admin), "sluice_peer_load_peers", pool="chat") == 1, 5),
                             admin_metrics(b_admin))
             self.assertEqual(metric(admin_metrics(a_admin), "sluice_peer_load_redis_up"), 1)
+            # Every peer-load family is in the metrics contract, with its type.
+            documented = metrics_contract.families()
+            exported = dict(re.findall(r"# TYPE (sluice_peer_load_\S+) (\S+)", admin_metrics(b_admin)))
+            self.assertEqual(len(exported), 7, exported)
+            for name, kind in exported.items():
+                self.assertEqual(documented.get(name, ("missing",))[0], kind, name)
 
             results = []
             threads = [threading.Thread(target=stream, args=(a_port, results), daemon=True) for _ in range(STREAMS)]
