@@ -32,6 +32,8 @@ PeerLoad::PeerLoad(std::vector<uint64_t> keys, std::string self, Options options
 }
 
 namespace {
+constexpr int64_t kMaxPeerTotal = int64_t{1} << 60;
+
 bool valid(const PeerEndpointLoad& l) {
   const auto ok = [](int64_t v) { return v >= 0 && static_cast<uint64_t>(v) <= kMaxPeerValue; };
   return ok(l.in_flight) && ok(l.prefill_requests) && ok(l.prefill_tokens) && ok(l.decode_tokens) &&
@@ -119,10 +121,13 @@ PeerLoad::Applied PeerLoad::apply(std::string_view gateway, uint64_t instance, u
     add(e, old, -1);
     add(e, next, +1);
     // Cumulative increments; a total that went down restarted from 0.
-    const auto inc = [](int64_t now_v, int64_t last) { return now_v >= last ? now_v - last : now_v; };
-    sum_[e].input_tokens_total += inc(next.input_tokens_total, old.input_tokens_total);
-    sum_[e].predicted_cached_tokens_total += inc(next.predicted_cached_tokens_total, old.predicted_cached_tokens_total);
-    sum_[e].picks_total += inc(next.picks_total, old.picks_total);
+    // Saturating at kMaxPeerTotal: a hostile publisher alternating totals must not overflow them.
+    const auto inc = [](int64_t& sum, int64_t now_v, int64_t last) {
+      sum = std::min(kMaxPeerTotal, sum + (now_v >= last ? now_v - last : now_v));
+    };
+    inc(sum_[e].input_tokens_total, next.input_tokens_total, old.input_tokens_total);
+    inc(sum_[e].predicted_cached_tokens_total, next.predicted_cached_tokens_total, old.predicted_cached_tokens_total);
+    inc(sum_[e].picks_total, next.picks_total, old.picks_total);
     old = next;
   }
   p->seq = seq;

@@ -357,3 +357,24 @@ TEST(PeerLoadRouter, SluicePolicyCountsPeersOnceNotTwice) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A hostile publisher alternating huge and small totals (each drop reads as a restart) cannot
+// overflow the cumulative sums.
+TEST(PeerLoad, HostileTotalsSaturate) {
+  PeerLoad p(keys(1), "me", {});
+  PeerEndpointLoad big = busy(0, 0, 0), small = busy(0, 0, 0);
+  big.input_tokens_total = big.picks_total = static_cast<int64_t>(kMaxPeerValue);
+  for (uint64_t seq = 1; seq <= 40000; ++seq)
+    ASSERT_EQ(p.apply("x", 1, seq, report_of({{0, seq % 2 ? small : big}}), ms(0)), PeerLoad::Applied::ok);
+  EndpointLoad l;
+  l.input_tokens_total = 1000;
+  p.add_to(0, l);
+  EXPECT_GT(l.input_tokens_total, int64_t{1} << 59);
+  EXPECT_GT(l.assigned_since_scrape, 0);
+}
+
+}  // namespace
+}  // namespace sluice
