@@ -5,6 +5,7 @@
 
 #include "extproc/ext_proc_service.h"
 #include "gateway/discovery/k8s_discovery.h"
+#include "gateway/redis/peer_load_link.h"
 #include "gateway/server.h"
 #include "sim/embedded_fleet.h"
 
@@ -22,6 +23,9 @@ int run_gateway(std::shared_ptr<const Config> config, const ServeOptions& option
     // Pools whose endpoints come from Kubernetes (`discovery:`).
     if (auto discovery = std::make_unique<KubernetesDiscovery>(server->gateway(), server->loop_starter()); !discovery->empty())
       server->add_service(std::move(discovery));
+    // Gateway replicas sharing in-flight load over Redis pub/sub (`peer_load:`).
+    if (const auto& pl = server->gateway().startup_config().peer_load)
+      server->add_service(std::make_unique<PeerLoadLink>(server->gateway(), *pl));
   } catch (const std::exception& e) {
     spdlog::error("cannot start the gateway: {}", e.what());
     return 1;

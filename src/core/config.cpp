@@ -4,6 +4,7 @@
 
 #include "core/admission/admission_config.h"
 #include "core/admission/redis_config.h"
+#include "core/picker/peer_load_config.h"
 #include "core/config_yaml.h"
 #include "core/picker/policy_factory.h"
 #include "core/tls_config.h"
@@ -327,7 +328,7 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   if (!root || root.IsNull()) throw ConfigError("config is empty");
   check_keys(root, "", {"listen", "admin", "tls", "workers", "limits", "timeouts", "drain_timeout_ms",
                         "expose_routing_headers", "pools", "models", "tenants", "admission", "ext_proc",
-                        "redis"});
+                        "redis", "peer_load"});
   auto cfg = std::make_shared<Config>();
   if (root["listen"]) cfg->listen = parse_address(root["listen"], "listen");
   if (root["admin"]) cfg->admin = parse_address(root["admin"], "admin");
@@ -424,6 +425,8 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
     cfg->redis = std::make_shared<const RedisSpec>(parse_redis_yaml(r));
     if (!admission.spec.enabled) fail("redis", "shares token budgets and needs a tenants: section");
   }
+  if (const auto& p = root["peer_load"])
+    cfg->peer_load = std::make_shared<const PeerLoadSpec>(parse_peer_load_yaml(p, cfg->redis.get()));
   const YAML::Node& croot = root;
   for (const char* key : {"tenants", "admission", "redis"})
     admission.spec.fingerprint += (croot[key] ? YAML::Dump(croot[key]) : std::string("~")) + "\n---\n";

@@ -20,6 +20,7 @@ namespace sluice {
 
 struct AdmissionSpec;  // core/admission/admission_config.h
 struct RedisSpec;      // core/admission/redis_config.h
+struct PeerLoadSpec;   // core/picker/peer_load_config.h
 
 enum class EngineKind { vllm, sglang, trtllm };
 std::string_view to_string(EngineKind k);
@@ -207,6 +208,8 @@ struct Config {
   std::optional<ExtProcConfig> ext_proc;
   // Shared token buckets across replicas (`redis:`); null = local buckets.
   std::shared_ptr<const RedisSpec> redis;
+  // Gateway replicas share in-flight load (`peer_load:`); null = off.
+  std::shared_ptr<const PeerLoadSpec> peer_load;
 
   const PoolConfig* find_pool(std::string_view name) const;
   const ModelRoute* find_model(std::string_view name) const;

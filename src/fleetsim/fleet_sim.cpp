@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/json_escape.h"
 #include "core/picker/oracle_policy.h"
+#include "core/picker/peer_report.h"
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
 #include "core/prefix/kv_event_index.h"
@@ -24,7 +25,7 @@ namespace {
 using workload::RequestRecord;
 using workload::WorkloadRequest;
 
-enum class EventKind { arrival, step_end, scrape, kv_events };
+enum class EventKind { arrival, step_end, scrape, kv_events, share_load, peer_report };
 
 struct Event {
   Time t;
@@ -59,6 +60,13 @@ struct Replica {
 struct Gateway {
   std::unique_ptr<PoolRouter> router;
   std::shared_ptr<KvEventIndex> events;  // null: the learned index only
+  std::unique_ptr<PeerSender> sender;    // with share_load
+};
+
+// A peer-load report on its way to the other gateways (a fixed delay: FIFO).
+struct PeerInTransit {
+  size_t from;
+  std::string payload;
 };
 
 PoolConfig pool_config(const FleetConfig& cfg) {
@@ -105,6 +113,13 @@ class Simulation {
           gw.events->set_synced(i, true);
         }
       }
+      if (cfg.share_load) {
+        const std::string id = fmt::format("gateway-{}", g);
+        PeerLoad::Options o;
+        o.ttl = std::max<Duration>(std::chrono::seconds(1), 20 * cfg.share_load_interval);
+        gw.router->share_load(id, o);
+        gw.sender = std::make_unique<PeerSender>(id, g + 1, o.ttl / 4);
+      }
       gateways_.push_back(std::move(gw));
     }
     router_ = gateways_[0].router.get();
@@ -127,6 +142,7 @@ class Simulation {
       pull_next(Time{});
     }
     push(Time{}, EventKind::scrape, 0);
+    if (cfg_.share_load && gateways_.size() > 1) push(Time{}, EventKind::share_load, 0);
     while (!events_.empty()) {
       const Event e = events_.top();
       events_.pop();
@@ -136,6 +152,8 @@ class Simulation {
         case EventKind::step_end: on_step_end(e.replica); break;
         case EventKind::scrape: on_scrape(); break;
         case EventKind::kv_events: on_kv_events(e.replica); break;
+        case EventKind::share_load: on_share_load(); break;
+        case EventKind::peer_report: on_peer_report(); break;
       }
     }
     FleetResult r;
@@ -159,6 +177,7 @@ class Simulation {
     r.predicted_cached_tokens = predicted_cached_;
     r.engine_cached_tokens = engine_cached_;
     r.kv_event_batches = kv_batches_;
+    r.peer_reports = peer_reports_;
     for (size_t k = 0; k < 3; ++k)
       r.by_source[k] = {by_source_[k][0], by_source_[k][1], by_source_[k][2]};
     r.prefix_hit_rate = q ? double(h) / double(q) : 0.0;
@@ -388,6 +407,34 @@ class Simulation {
     ++kv_batches_;
   }
 
+  // Every gateway's report of its own load, on its way to the others.
+  void on_share_load() {
+    for (size_t g = 0; g < gateways_.size(); ++g) {
+      auto& gw = gateways_[g];
+      PeerPoolReport section;
+      const bool changed = gw.router->peer_report(now_, section);
+      gw.sender->begin();
+      gw.sender->add(std::move(section), changed);
+      std::string payload = gw.sender->finish(now_);
+      if (payload.empty()) continue;
+      peers_in_transit_.push_back(PeerInTransit{g, std::move(payload)});
+      push(now_ + cfg_.share_load_delay, EventKind::peer_report, g);
+      ++peer_reports_;
+    }
+    if (!done()) push(now_ + cfg_.share_load_interval, EventKind::share_load, 0);
+  }
+
+  void on_peer_report() {
+    if (peers_in_transit_.empty()) return;
+    const PeerInTransit t = std::move(peers_in_transit_.front());
+    peers_in_transit_.pop_front();
+    PeerMessage m;
+    if (!decode_peer_message(t.payload, m)) throw ConfigError("fleetsim: a peer report did not decode");
+    for (size_t g = 0; g < gateways_.size(); ++g)
+      if (g != t.from)
+        for (const auto& section : m.pools) gateways_[g].router->apply_peer(m.gateway, m.instance, m.seq, section, now_);
+  }
+
   void on_slot_freed() {
     drain();
     if (closed_loop()) pull_next(now_);
@@ -501,7 +548,8 @@ class Simulation {
   bool exhausted_ = false, saw_adapter_ = false;
   double kv_sum_ = 0;
   int64_t kv_samples_ = 0;
-  int64_t predicted_cached_ = 0, engine_cached_ = 0, kv_batches_ = 0;
+  int64_t predicted_cached_ = 0, engine_cached_ = 0, kv_batches_ = 0, peer_reports_ = 0;
+  std::deque<PeerInTransit> peers_in_transit_;
   int64_t by_source_[3][3] = {};  // per source: predicted, engine cached, requests
 };
 
@@ -514,6 +562,8 @@ std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg) {
   if (cfg.gateways < 1 || cfg.gateways > 64) return std::string("gateways must be in [1, 64]");
   if (cfg.gateways > 1 && cfg.fair_queue) return std::string("the fair queue is modelled for one gateway only");
   if (cfg.kv_event_delay < Duration::zero()) return std::string("kv event delay must be >= 0");
+  if (cfg.share_load && (cfg.share_load_interval <= Duration::zero() || cfg.share_load_delay < Duration::zero()))
+    return std::string("share-load interval must be > 0 and its delay >= 0");
   auto wl = workload::make_workload(cfg.workload, cfg.arrivals, cfg.limits, cfg.seed);
   if (auto* e = std::get_if<std::string>(&wl)) return *e;
   try {
@@ -540,20 +590,21 @@ std::string hot_prefix_json(const FleetResult& r) {
 std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
   std::string out = "{\"policy\":";
   append_json_string(out, cfg.policy);
-  out += fmt::format(",\"replicas\":{},\"gateways\":{},\"index\":\"{}\",\"kv_event_delay_ms\":{:g},\"seed\":{},\"workload\":",
+  out += fmt::format(",\"replicas\":{},\"gateways\":{},\"index\":\"{}\",\"kv_event_delay_ms\":{:g},\"share_load\":{},"
+                     "\"share_load_delay_ms\":{:g},\"seed\":{},\"workload\":",
                      cfg.replicas, cfg.gateways, cfg.kv_events ? "events" : "learned", to_millis(cfg.kv_event_delay),
-                     cfg.seed);
+                     cfg.share_load, to_millis(cfg.share_load_delay), cfg.seed);
   append_json_string(out, r.workload_description);
   out += ",\"arrivals\":";
   append_json_string(out, cfg.arrivals.describe());
   out += fmt::format(",\"offered_rate\":{},", cfg.arrivals.kind == workload::ArrivalKind::concurrency ? 0.0 : cfg.arrivals.rate);
   out += fmt::format("\"fleet\":{{\"prefix_hit_rate\":{:.6g},\"preemptions\":{},\"picks_min\":{},\"picks_max\":{},"
                      "\"mean_kv_usage\":{:.6g},\"steps\":{},\"virtual_s\":{:.6g},\"wall_s\":{:.6g},"
-                     "\"predicted_cached_tokens\":{},\"engine_cached_tokens\":{},\"kv_event_batches\":{},"
+                     "\"predicted_cached_tokens\":{},\"engine_cached_tokens\":{},\"kv_event_batches\":{},\"peer_reports\":{},"
                      "\"by_source\":{{\"learned\":[{},{},{}],\"events\":[{},{},{}],\"recent\":[{},{},{}]}}}},",
                      r.prefix_hit_rate, r.preemptions, r.picks_min, r.picks_max, r.mean_kv_usage, r.steps,
                      r.virtual_seconds, r.wall_seconds, r.predicted_cached_tokens, r.engine_cached_tokens,
-                     r.kv_event_batches, r.by_source[0][0], r.by_source[0][1], r.by_source[0][2], r.by_source[1][0],
+                     r.kv_event_batches, r.peer_reports, r.by_source[0][0], r.by_source[0][1], r.by_source[0][2], r.by_source[1][0],
                      r.by_source[1][1], r.by_source[1][2], r.by_source[2][0], r.by_source[2][1], r.by_source[2][2]);
   out += hot_prefix_json(r);
   out += "\"figures\":" + workload::to_json(r.figures) + "}";

@@ -28,6 +28,10 @@
 // live gateway's index, with its recent-dispatch window), in order, one sequence number per
 // batch: the live subscriber's job without the sockets. Per request, the predicted cached tokens
 // (the chosen candidate's) are summed beside the engine's own cached tokens at admission.
+// With `share_load` the gateways share their in-flight load (core/picker/peer_load.h): every
+// `share_load_interval` each gateway builds its report (PeerReporter / PeerSender, encoded as on the
+// wire), delivered `share_load_delay` later to every other gateway's PoolRouter (apply_peer): the
+// live gateways' Redis channel without the sockets.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -63,6 +67,9 @@ struct FleetConfig {
   bool kv_events = false;                // every gateway's index fed by the engines' KV events
   Duration kv_event_delay = std::chrono::milliseconds(10);  // engine step -> applied at the gateways
   Duration kv_recent_window = std::chrono::seconds(2);      // KvEventIndex::Options::recent_window
+  bool share_load = false;               // gateways share in-flight load (peer_load.h)
+  Duration share_load_interval = std::chrono::milliseconds(5);  // a gateway's reports, at most this often
+  Duration share_load_delay = std::chrono::milliseconds(2);     // report sent -> applied at the others
 };
 
 struct FleetResult {
@@ -78,6 +85,7 @@ struct FleetResult {
   // admission, summed.
   int64_t predicted_cached_tokens = 0, engine_cached_tokens = 0;
   int64_t kv_event_batches = 0;          // delivered to each gateway
+  int64_t peer_reports = 0;              // load reports sent (each delivered to every other gateway)
   // The same per source of the prediction (learned, events, recent: KvEventIndex::Source), with
   // the number of requests: {predicted, engine cached, requests}.
   std::array<std::array<int64_t, 3>, 3> by_source{};

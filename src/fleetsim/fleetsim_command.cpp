@@ -44,6 +44,8 @@ struct Flags {
   std::vector<size_t> gateways{1};
   std::vector<std::string> index{"learned"};
   double kv_event_delay_ms = 10, kv_recent_window_ms = 2000;
+  bool share_load = false;
+  double share_load_delay_ms = 2, share_load_interval_ms = 5;
 };
 
 std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
@@ -87,9 +89,16 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   c.seed = f.seed;
   c.kv_event_delay = from_millis(f.kv_event_delay_ms);
   c.kv_recent_window = from_millis(f.kv_recent_window_ms);
+  c.share_load = f.share_load;
+  c.share_load_delay = from_millis(f.share_load_delay_ms);
+  c.share_load_interval = from_millis(f.share_load_interval_ms);
   for (const auto& i : f.index)
     if (i != "learned" && i != "events") return "--index is learned|events, got '" + i + "'";
   return c;
+}
+
+std::string index_label(const fleetsim::FleetConfig& c) {
+  return std::string(c.kv_events ? "events" : "learned") + (c.share_load ? "+load" : "");
 }
 
 int run(const Flags& f) {
@@ -111,7 +120,8 @@ int run(const Flags& f) {
           c.kv_events = idx == "events";
           runs.push_back(c);
         }
-  const bool multi = f.gateways.size() > 1 || f.gateways[0] != 1 || f.index.size() > 1 || f.index[0] != "learned";
+  const bool multi =
+      f.gateways.size() > 1 || f.gateways[0] != 1 || f.index.size() > 1 || f.index[0] != "learned" || f.share_load;
   std::vector<std::optional<fleetsim::FleetResult>> results(runs.size());
   std::vector<std::string> errors(runs.size());
   std::atomic<size_t> next{0};
@@ -132,7 +142,7 @@ int run(const Flags& f) {
                                             : fmt::format("{:g}", runs[i].arrivals.rate)}};
       if (multi) {
         res.figures.labels.emplace_back("gateways", std::to_string(runs[i].gateways));
-        res.figures.labels.emplace_back("index", runs[i].kv_events ? "events" : "learned");
+        res.figures.labels.emplace_back("index", index_label(runs[i]));
       }
       if (!f.json)
         fmt::print(stderr, "  {} @ {}: {} requests, {:.0f} s virtual in {:.1f} s\n", runs[i].policy,
@@ -166,7 +176,7 @@ int run(const Flags& f) {
       if (results[i])
         fmt::print("{:>14}  {:>6}  {}{:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%{}{}\n", runs[i].policy,
                    results[i]->figures.labels[2].second,
-                   multi ? fmt::format("{:>8}  {:>7}  ", runs[i].gateways, runs[i].kv_events ? "events" : "learned")
+                   multi ? fmt::format("{:>8}  {:>7}  ", runs[i].gateways, index_label(runs[i]))
                          : std::string(),
                    results[i]->prefix_hit_rate * 100,
                    results[i]->preemptions, fmt::format("{}/{}", results[i]->picks_min, results[i]->picks_max),
@@ -257,6 +267,14 @@ void add_fleetsim_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-recent-window-ms", flags->kv_recent_window_ms,
                   "With --index events: a gateway's own dispatches count as cached this long (until events confirm)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--share-load", flags->share_load,
+                "Gateways share their in-flight load (core/picker/peer_load.h): each reports its own accounting "
+                "every --share-load-interval-ms, applied at the others --share-load-delay-ms later");
+  cmd->add_option("--share-load-delay-ms", flags->share_load_delay_ms, "With --share-load: report sent to applied")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--share-load-interval-ms", flags->share_load_interval_ms,
+                  "With --share-load: a gateway's reports at most this often (the live peer_load.interval_ms)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([flags] {
     if (int rc = run(*flags); rc != 0) throw CLI::RuntimeError(rc);

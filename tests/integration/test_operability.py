@@ -453,9 +453,9 @@ class MetricsDocs(unittest.TestCase):
         documented = metrics_contract.families()
         self.assertEqual(sorted(set(exported) - set(documented)), [], "exported but missing from docs/metrics.md")
         # Families of the optional subsystems appear only when their config section is set (ext_proc:,
-        # discovery:, kv_events:, redis:, token_ids: {source: render}); their own integration tests scrape them.
+        # discovery:, kv_events:, redis:, token_ids: {source: render}, peer_load:); their own integration tests scrape them.
         gated = ("sluice_ext_proc_", "sluice_discovery_", "sluice_kv_", "sluice_redis_", "sluice_shared_budget_",
-                 "sluice_render_")
+                 "sluice_render_", "sluice_peer_load_")
         self.assertEqual(sorted(n for n in set(documented) - set(exported) if not n.startswith(gated)), [],
                          "documented but not exported")
         for name, kind in exported.items():

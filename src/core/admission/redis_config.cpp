@@ -8,39 +8,39 @@ namespace sluice {
 
 using namespace config_yaml;
 
-namespace {
-
 // redis://HOST:PORT[/0] or unix:///absolute/path. Hand-parsed: the project's URL parser
 // (core/url.h) is for http(s) URLs, and these two shapes are all a gateway needs.
-void parse_url(const std::string& url, RedisSpec& out) {
+void parse_redis_url(const std::string& url, const std::string& key, RedisSpec& out) {
   constexpr std::string_view kTcp = "redis://", kUnix = "unix://";
   std::string_view u = url;
   if (u.substr(0, kUnix.size()) == kUnix) {
     out.unix_path = std::string(u.substr(kUnix.size()));
-    if (out.unix_path.empty() || out.unix_path[0] != '/') fail("redis.url", "expected unix:///absolute/path");
+    if (out.unix_path.empty() || out.unix_path[0] != '/') fail(key, "expected unix:///absolute/path");
     return;
   }
-  if (u.substr(0, kTcp.size()) != kTcp) fail("redis.url", "expected redis://HOST:PORT or unix:///path");
+  if (u.substr(0, kTcp.size()) != kTcp) fail(key, "expected redis://HOST:PORT or unix:///path");
   u.remove_prefix(kTcp.size());
   if (auto slash = u.find('/'); slash != std::string_view::npos) {
-    if (u.substr(slash) != "/" && u.substr(slash) != "/0") fail("redis.url", "only database 0 is supported");
+    if (u.substr(slash) != "/" && u.substr(slash) != "/0") fail(key, "only database 0 is supported");
     u = u.substr(0, slash);
   }
-  if (u.find('@') != std::string_view::npos) fail("redis.url", "credentials in the URL are not supported");
+  if (u.find('@') != std::string_view::npos) fail(key, "credentials in the URL are not supported");
   const auto colon = u.rfind(':');
   std::string_view host = colon == std::string_view::npos ? u : u.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty()) fail("redis.url", "missing host");
+  if (host.empty()) fail(key, "missing host");
   out.host = std::string(host);
   if (colon != std::string_view::npos) {
     const std::string_view p = u.substr(colon + 1);
     unsigned v = 0;
     auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
     if (p.empty() || ec != std::errc() || end != p.data() + p.size() || v == 0 || v > 65535)
-      fail("redis.url", "expected a port in 1..65535");
+      fail(key, "expected a port in 1..65535");
     out.port = static_cast<uint16_t>(v);
   }
 }
+
+namespace {
 
 double get_fraction(const YAML::Node& n, const std::string& path) {
   const double v = get<double>(n, path, "a number");
@@ -58,7 +58,7 @@ RedisSpec parse_redis_yaml(const YAML::Node& node) {
     check_keys(l, "redis.lease", {"share", "max_slice", "idle_return_ms", "sync_interval_ms", "refresh_ms"});
   if (!node["url"]) fail("redis.url", "is required");
   s.url = get<std::string>(node["url"], "redis.url", "a string");
-  parse_url(s.url, s);
+  parse_redis_url(s.url, "redis.url", s);
   if (node["on_error"]) {
     const auto v = get<std::string>(node["on_error"], "redis.on_error", "open or closed");
     if (v != "open" && v != "closed") fail("redis.on_error", "expected open or closed");

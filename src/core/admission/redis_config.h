@@ -36,6 +36,9 @@ struct RedisSpec {
   LeaseConfig lease;
 };
 
+// redis://HOST:PORT[/0] or unix:///path into out.host / port / unix_path; ConfigError naming `key`.
+void parse_redis_url(const std::string& url, const std::string& key, RedisSpec& out);
+
 // Throws ConfigError naming the field (`redis.url: ...`).
 RedisSpec parse_redis_yaml(const YAML::Node& node);
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <utility>
 
+#include "core/picker/peer_report.h"
 #include "core/picker/prefix_tracker.h"
 
 namespace sluice {
@@ -56,19 +57,35 @@ PoolRouter::PoolRouter(const PoolConfig& config, std::unique_ptr<Policy> policy)
   policy_->on_endpoints_reset(endpoints_.size());
 }
 
+PoolRouter::~PoolRouter() = default;
+
 bool PoolRouter::is_stale(const Endpoint& ep, Time now) const {
   return !ep.signals.present || now - ep.signals.scraped_at > config_.scrape.stale_after;
+}
+
+void PoolRouter::build_views(Time now) {
+  views_.clear();
+  if (peer_) {
+    peer_->expire(now);
+    merged_.resize(endpoints_.size());
+  }
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    const auto& ep = endpoints_[i];
+    if (!ep.healthy) continue;
+    const EndpointLoad* load = &ep.load;
+    if (peer_) {  // merge: own + the live peers' (peer_load.h)
+      merged_[i] = ep.load;
+      peer_->add_to(i, merged_[i]);
+      load = &merged_[i];
+    }
+    views_.push_back(EndpointView{i, ep.config.name, is_stale(ep, now), &ep.signals, load});
+  }
 }
 
 std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
   std::vector<Candidate> out;
   std::lock_guard lock(mu_);
-  views_.clear();
-  for (size_t i = 0; i < endpoints_.size(); ++i) {
-    const auto& ep = endpoints_[i];
-    if (!ep.healthy) continue;
-    views_.push_back(EndpointView{i, ep.config.name, is_stale(ep, now), &ep.signals, &ep.load});
-  }
+  build_views(now);
   if (views_.empty()) return out;
   if (PrefixTracker* t = policy_->prefix_tracker()) t->at(now);
   policy_->rank(req, views_, now, out);
@@ -151,6 +168,7 @@ void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
   ep.signals = std::move(signals);
   ep.load.assigned_since_scrape = 0;
   ep.load.scrape_failures_in_row = 0;
+  if (peer_) peer_->on_scrape(endpoint);
 }
 
 void PoolRouter::record_scrape_error(size_t endpoint) {
@@ -210,6 +228,44 @@ bool PoolRouter::attach_kv_events(std::shared_ptr<KvEventIndex> events) {
   if (t == nullptr) return false;
   t->attach_events(std::move(events));
   return true;
+}
+
+void PoolRouter::share_load(std::string self, PeerLoad::Options options) {
+  std::lock_guard lock(mu_);
+  std::vector<uint64_t> keys;
+  for (const auto& ep : endpoints_) keys.push_back(peer_endpoint_key(ep.config.address.str()));
+  reporter_ = std::make_unique<PeerReporter>(keys);
+  peer_ = std::make_unique<PeerLoad>(std::move(keys), std::move(self), options);
+}
+
+PeerLoad::Applied PoolRouter::apply_peer(std::string_view gateway, uint64_t instance, uint64_t seq,
+                                         const PeerPoolReport& report, Time now) {
+  std::lock_guard lock(mu_);
+  if (!peer_) return PeerLoad::Applied::own;
+  return peer_->apply(gateway, instance, seq, report, now);
+}
+
+bool PoolRouter::peer_report(Time now, PeerPoolReport& out) {
+  std::lock_guard lock(mu_);
+  out.pool = config_.name;
+  if (!reporter_) {
+    out.endpoints.clear();
+    return false;
+  }
+  merged_.resize(endpoints_.size());
+  for (size_t e = 0; e < endpoints_.size(); ++e) merged_[e] = endpoints_[e].load;  // own only
+  return reporter_->build(merged_, now, out);
+}
+
+PoolRouter::PeerStats PoolRouter::peer_stats(Time now) {
+  std::lock_guard lock(mu_);
+  PeerStats s;
+  if (!peer_) return s;
+  peer_->expire(now);
+  s.peers = peer_->peers();
+  s.counters = peer_->counters();
+  for (size_t e = 0; e < endpoints_.size(); ++e) s.in_flight.push_back(peer_->in_flight(e));
+  return s;
 }
 
 PoolRouter::Occupancy PoolRouter::occupancy() const {
@@ -294,12 +350,7 @@ std::string PoolRouter::explain_json(const PickRequest& req, Time now) {
   std::vector<Explanation> terms;
   std::string out;
   std::lock_guard lock(mu_);
-  views_.clear();
-  for (size_t i = 0; i < endpoints_.size(); ++i) {
-    const auto& ep = endpoints_[i];
-    if (!ep.healthy) continue;
-    views_.push_back(EndpointView{i, ep.config.name, is_stale(ep, now), &ep.signals, &ep.load});
-  }
+  build_views(now);
   if (!views_.empty()) policy_->explain(req, views_, now, terms);
   out += "{\"pool\":";
   append_json_string(out, config_.name);
@@ -320,6 +371,8 @@ std::string PoolRouter::explain_json(const PickRequest& req, Time now) {
       out += fmt::format(",\"prefix_source\":\"{}\"", KvEventIndex::to_string(t->sources()[c.endpoint]));
     out += fmt::format(",\"in_flight\":{},\"prefill_tokens\":{},\"assigned_since_scrape\":{}", ep.load.in_flight,
                        ep.load.prefill_tokens, ep.load.assigned_since_scrape);
+    if (peer_) out += fmt::format(",\"peer_in_flight\":{},\"peer_prefill_tokens\":{}", peer_->in_flight(c.endpoint),
+                                  merged_[c.endpoint].prefill_tokens - ep.load.prefill_tokens);
     out += ",\"waiting\":";
     append_number(out, ep.signals.present ? ep.signals.waiting : NAN);
     out += ",\"running\":";

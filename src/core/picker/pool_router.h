@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/picker/peer_load.h"
 #include "core/picker/policy.h"
 #include "core/prefix/kv_event_index.h"
 
 namespace sluice {
 
 class PoolRouter;
+class PeerReporter;
 
 // Holds one request's share of an endpoint's accounting; releasing it (destructor) removes the
 // request's in-flight count and tokens whatever way the request ended.
@@ -60,6 +62,7 @@ struct EndpointSnapshot {
 class PoolRouter {
  public:
   PoolRouter(const PoolConfig& config, std::unique_ptr<Policy> policy);
+  ~PoolRouter();
 
   const PoolConfig& config() const { return config_; }
   std::string_view policy_name() const { return policy_->name(); }
@@ -106,6 +109,23 @@ class PoolRouter {
   // when the policy keeps no prefix index. Called before use.
   bool attach_kv_events(std::shared_ptr<KvEventIndex> events);
 
+  // Load sharing between gateway replicas (peer_load.h): from now on the other replicas' reported
+  // in-flight load is merged into what the policy sees (rank, explain). `self` = this replica's
+  // gateway id (its own reports are ignored). Called before use.
+  void share_load(std::string self, PeerLoad::Options options);
+  bool shares_load() const { return peer_ != nullptr; }
+  // A peer's report of this pool (false when not sharing).
+  PeerLoad::Applied apply_peer(std::string_view gateway, uint64_t instance, uint64_t seq, const PeerPoolReport& report,
+                               Time now);
+  // This replica's own section for its next report; true when it differs from the last one.
+  bool peer_report(Time now, PeerPoolReport& out);
+  struct PeerStats {
+    size_t peers = 0;
+    PeerLoad::Counters counters;
+    std::vector<int64_t> in_flight;  // per endpoint: the live peers' requests
+  };
+  PeerStats peer_stats(Time now);
+
   // Explains the ranking of `req` (without dispatching): the policy, and per healthy endpoint in
   // rank order its score, predicted cached tokens, saturation, staleness, the signals and load it
   // was judged on, and the policy's own score terms (Policy::explain). A JSON object:
@@ -127,6 +147,7 @@ class PoolRouter {
   void move_to_decode(size_t endpoint, int64_t prefill, double pairs);
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;
+  void build_views(Time now);  // mu_ held: views_ over the healthy endpoints, peers' load merged
   int64_t in_flight_locked(size_t e) const;  // mu_ held: own + the predecessor's
 
   const PoolConfig config_;
@@ -134,6 +155,9 @@ class PoolRouter {
   std::vector<Endpoint> endpoints_;
   std::unique_ptr<Policy> policy_;
   std::vector<EndpointView> views_;  // scratch, guarded by mu_
+  std::unique_ptr<PeerLoad> peer_;   // share_load(): the other replicas' load
+  std::unique_ptr<PeerReporter> reporter_;
+  std::vector<EndpointLoad> merged_;  // scratch, guarded by mu_: own + peers, what views_ point to
   std::weak_ptr<const PoolRouter> predecessor_;  // set before use (inherit_in_flight)
   std::vector<int> predecessor_of_;              // endpoint -> the predecessor's index, -1: none
 };
