@@ -4,8 +4,10 @@
 // - A full block's hash chains its parent's hash, its token ids and the request's extra keys
 //   (LoRA adapter name and cache_salt, folded into one 64-bit key), so a block matches only when
 //   every block before it matches and the same text under two adapters never shares cache.
-// - Only full, computed blocks are cached. Freed blocks keep their hash and go to the tail of the
-//   free queue; new blocks are taken from its head, evicting the least recently freed cached block.
+// - Only full blocks are cached, from the moment the step that computes them is scheduled (the
+//   engine calls cache_block then, as vLLM v1 does; engine.h). Freed blocks keep their hash and go
+//   to the tail of the free queue; new blocks are taken from its head, evicting the least recently
+//   freed cached block.
 // - A request's blocks are freed last-block-first, so the tail of a prompt is evicted before its head.
 // - Blocks are reference-counted: requests sharing a cached prefix share its blocks.
 // - KV-cache events (enable_events): every block newly cached (BlockStored, consecutive blocks of
