@@ -4,6 +4,7 @@ Standard library only. Not a test itself (ctest runs tests/integration/test_*.py
 import http.client
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -137,3 +138,42 @@ models:
         time.sleep(0.2)
     gw.stop()
     raise RuntimeError(f"sluice serve did not answer /metrics on the admin listener: {''.join(gw.err[-10:])}")
+
+
+class RedisServer:
+    """redis-server (Debian's) on a unix socket in a temp dir, no persistence; kill() stops it (the
+    socket path stays, so start() brings up an empty one where clients reconnect), stop() also
+    removes the dir."""
+
+    def __init__(self, prefix="sluice-redis-"):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.sock = os.path.join(self.dir, "redis.sock")
+        self.p = None
+        self.start()
+
+    def start(self):
+        self.p = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.sock, "--save", "",
+                                   "--appendonly", "no", "--dir", self.dir],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.cli("PING").strip() == "PONG":
+                return
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def cli(self, *args):
+        try:
+            return subprocess.run(["redis-cli", "-s", self.sock, *args], capture_output=True, text=True,
+                                  timeout=5).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    def kill(self):
+        if self.p and self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(timeout=10)
+
+    def stop(self):
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,44 +24,13 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import metrics_contract  # noqa: E402
-from sluice_fleet import admin_metrics, http_req, metric, start_gateway, start_sim  # noqa: E402
+from sluice_fleet import RedisServer, admin_metrics, http_req, metric, start_gateway, start_sim  # noqa: E402
 
 SLUICE = None
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SCALE = 3.0 if os.environ.get("SLUICE_SANITIZED") else 1.0
 TTL_MS = 600
 STREAMS = 6
-
-
-class Redis:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="sluice-peer-redis-")
-        self.sock = os.path.join(self.dir, "redis.sock")
-        self.p = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.sock, "--save", "",
-                                   "--appendonly", "no", "--dir", self.dir],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if self.cli("PING").strip() == "PONG":
-                return
-            time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def cli(self, *args):
-        try:
-            return subprocess.run(["redis-cli", "-s", self.sock, *args], capture_output=True, text=True,
-                                  timeout=5).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-
-    def kill(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait(timeout=10)
-
-    def stop(self):
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def stream(port, results):
@@ -99,7 +67,7 @@ def peer_in_flight(admin):
 class PeerLoadTest(unittest.TestCase):
     def test_load_through_a_shows_in_b_and_expires(self):
         tmp = tempfile.mkdtemp(prefix="sluice-peer-")
-        redis = Redis()
+        redis = RedisServer(prefix="sluice-peer-redis-")
         sim, ports = start_sim(SLUICE, 3, "--max-num-seqs", "64")
         procs = [sim]
         try:

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -24,7 +23,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_fleet import Proc, admin_metrics, metric, start_gateway, start_sim  # noqa: E402
+from sluice_fleet import RedisServer, Proc, admin_metrics, metric, start_gateway, start_sim  # noqa: E402
 
 SLUICE = None
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -50,32 +49,8 @@ TENANTS = f"""tenants:
 """
 
 
-class Redis:
-    """redis-server on a unix socket in a temp dir; restart() gives an empty one on the same socket."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="sluice-redis-")
-        self.sock = os.path.join(self.dir, "redis.sock")
-        self.p = None
-        self.start()
-
-    def start(self):
-        self.p = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.sock, "--save", "",
-                                   "--appendonly", "no", "--dir", self.dir],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if self.cli("PING").strip() == "PONG":
-                return
-            time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def cli(self, *args):
-        try:
-            return subprocess.run(["redis-cli", "-s", self.sock, *args], capture_output=True, text=True,
-                                  timeout=5).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
+class Redis(RedisServer):
+    """The shared redis-server, plus what these tests read from it."""
 
     def held_total(self):
         """Units every replica holds in Redis (the sum of all sluice:held:* hashes)."""
@@ -84,15 +59,6 @@ class Redis:
             vals = self.cli("HVALS", key).split()
             total += sum(int(v) for v in vals)
         return total
-
-    def kill(self):
-        if self.p and self.p.poll() is None:
-            self.p.kill()
-            self.p.wait(timeout=10)
-
-    def stop(self):
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def redis_yaml(url, on_error="open", extra=""):
