@@ -14,6 +14,22 @@ import time
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
+
+# The sanitized build (scripts/test-asan.sh exports SLUICE_SANITIZED=1) runs several times slower.
+SANITIZED_SLOWDOWN = 3 if os.environ.get("SLUICE_SANITIZED") == "1" else 1
+
+
+def wait_for(cond, timeout, step=0.05):
+    """Polls cond() until it is truthy, for up to `timeout` seconds (times SANITIZED_SLOWDOWN);
+    returns its last value."""
+    deadline = time.time() + timeout * SANITIZED_SLOWDOWN
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    return cond()
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -65,16 +65,6 @@ def chat_body(prompt):
     return json.dumps({"model": fleet.MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]})
 
 
-def wait_for(cond, timeout, step=0.05):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return cond()
-
-
 class Wire(unittest.TestCase):
     def check_encoding(self, encoding):
         sim, ports, kv = start_kv_sim(1, encoding)
@@ -200,19 +190,19 @@ models:
 """)
             gw = fleet.Proc([SLUICE, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
             procs.append(gw)
-            self.assertTrue(wait_for(lambda: self._up(admin) or gw.p.poll() is not None, 30) and gw.p.poll() is None,
+            self.assertTrue(fleet.wait_for(lambda: self._up(admin) or gw.p.poll() is not None, 30) and gw.p.poll() is None,
                             "".join(gw.err[-10:]))
 
             def m(name, **labels):
                 return fleet.metric(fleet.admin_metrics(admin), name, pool="chat", **labels)
 
-            self.assertTrue(wait_for(lambda: m("sluice_kv_events_connected", endpoint="replica-0") == 1
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_connected", endpoint="replica-0") == 1
                                      and m("sluice_kv_events_connected", endpoint="replica-1") == 1, 10))
             # Serve one prompt per real replica directly (traffic from "another client"): the
             # gateway learns it only from the events.
             for port, tag in ((ports0[0], "zero"), (ports1[0], "one")):
                 self.assertEqual(completion(port, f"[{tag}] " + PROMPT)[0], 200)
-            self.assertTrue(wait_for(lambda: (m("sluice_kv_index_blocks", endpoint="replica-0") or 0) > 0
+            self.assertTrue(fleet.wait_for(lambda: (m("sluice_kv_index_blocks", endpoint="replica-0") or 0) > 0
                                      and (m("sluice_kv_index_blocks", endpoint="replica-1") or 0) > 0, 5))
             for tag, want in (("zero", "replica-0"), ("one", "replica-1")):
                 status, raw = fleet.http_req(admin, "POST", "/debug/pick",
@@ -235,7 +225,7 @@ models:
                 {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
                  "token_ids": list(range(32)), "block_size": 16, "lora_id": None, "medium": "GPU",
                  "lora_name": None}], "data_parallel_rank": 0})
-            self.assertTrue(wait_for(lambda: m("sluice_kv_events_connected", endpoint="replica-2") == 1, 10))
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_connected", endpoint="replica-2") == 1, 10))
             time.sleep(0.3 * SLOW)  # the gateway's subscription reaches our PUB
             send(b"only-one-frame")
             send(b"t", b"short")
@@ -246,7 +236,7 @@ models:
             send(b"t", seq(4), os.urandom(200))
             send(b"t", seq(5), good)
             send(b"t", seq(50), good)                              # a jump: no replay socket -> resync
-            self.assertTrue(wait_for(lambda: (m("sluice_kv_events_decode_errors_total", endpoint="replica-2") or 0) >= 6
+            self.assertTrue(fleet.wait_for(lambda: (m("sluice_kv_events_decode_errors_total", endpoint="replica-2") or 0) >= 6
                                      and (m("sluice_kv_events_gaps_total", endpoint="replica-2") or 0) >= 1, 5),
                             fleet.admin_metrics(admin))
             self.assertGreaterEqual(m("sluice_kv_events_resyncs_total", endpoint="replica-2"), 1)
@@ -265,7 +255,7 @@ models:
             sim1b, _, _ = start_kv_sim(1, "arrays", cfg=cfg1, base_port=p1)
             procs.append(sim1b)
             t0 = time.time()
-            self.assertTrue(wait_for(lambda: m("sluice_kv_events_reconnects_total", endpoint="replica-1") > reconnects
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_reconnects_total", endpoint="replica-1") > reconnects
                                      and m("sluice_kv_index_blocks", endpoint="replica-1") == 0, 1.0, 0.02),
                             fleet.admin_metrics(admin))
             self.assertLess(time.time() - t0, 1.0 * SLOW)

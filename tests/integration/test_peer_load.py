@@ -24,7 +24,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import metrics_contract  # noqa: E402
-from sluice_fleet import RedisServer, admin_metrics, http_req, metric, start_gateway, start_sim  # noqa: E402
+from sluice_fleet import RedisServer, admin_metrics, http_req, metric, start_gateway, start_sim, wait_for  # noqa: E402
 
 SLUICE = None
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -48,16 +48,6 @@ def stream(port, results):
         results.append(type(e).__name__)
     finally:
         c.close()
-
-
-def wait_for(pred, seconds):
-    deadline = time.time() + seconds * SCALE
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    return pred()
 
 
 def peer_in_flight(admin):

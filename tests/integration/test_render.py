@@ -32,16 +32,6 @@ SLOW_RENDER_MS = 3000 * SLOW     # the "slow" fault's delay, well past it
 PROMPT = "The sluice render test: the engine's own token ids find its cached blocks. " * 10
 
 
-def wait_for(cond, timeout, step=0.05):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return cond()
-
-
 def chat(prompt, **extra):
     return json.dumps(dict({"model": fleet.MODEL, "max_tokens": 4,
                             "messages": [{"role": "user", "content": prompt}]}, **extra))
@@ -92,12 +82,12 @@ models:
         gw = fleet.Proc([SLUICE, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
         cls.procs.append(gw)
         cls.gw = gw
-        up = wait_for(lambda: gw.p.poll() is not None or cls._metrics_ok(), 30)
+        up = fleet.wait_for(lambda: gw.p.poll() is not None or cls._metrics_ok(), 30)
         if not up or gw.p.poll() is not None:
             err = "".join(gw.err[-10:])
             cls.tearDownClass()
             raise RuntimeError("gateway did not start: " + err)
-        connected = wait_for(lambda: all(cls.m("sluice_kv_events_connected", endpoint=f"replica-{i}") == 1 for i in range(2)), 10)
+        connected = fleet.wait_for(lambda: all(cls.m("sluice_kv_events_connected", endpoint=f"replica-{i}") == 1 for i in range(2)), 10)
         if not connected:
             cls.tearDownClass()
             raise RuntimeError("the gateway did not subscribe to the events")
@@ -132,7 +122,7 @@ models:
         before = self.m("sluice_kv_index_blocks", endpoint=f"replica-{replica}") or 0
         status, raw = fleet.http_req(self.ports[replica], "POST", "/v1/chat/completions", chat(prompt), 30)
         self.assertEqual(status, 200, raw)
-        self.assertTrue(wait_for(lambda: (self.m("sluice_kv_index_blocks", endpoint=f"replica-{replica}") or 0) > before, 5))
+        self.assertTrue(fleet.wait_for(lambda: (self.m("sluice_kv_index_blocks", endpoint=f"replica-{replica}") or 0) > before, 5))
 
     def explain(self, body):
         status, raw = fleet.http_req(self.admin, "POST", "/debug/pick", body, 30)
@@ -246,7 +236,7 @@ models:
                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
             time.sleep(0.05 * SLOW)  # inside the render call (its deadline is TIMEOUT_MS)
             s.close()
-            self.assertTrue(wait_for(lambda: self.outcome("cancelled") == before + 1, 2),
+            self.assertTrue(fleet.wait_for(lambda: self.outcome("cancelled") == before + 1, 2),
                             fleet.admin_metrics(self.admin))
         finally:
             self.faults({"reset": True})
