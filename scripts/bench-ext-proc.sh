@@ -91,14 +91,19 @@ bench=("$build/sluice_ext_proc_bench" --ext-proc-port "$grpc_port" --gateway-por
 # The gateway's own CPU per pick: an ext_proc run alone (each client), the sluice process's CPU time around it.
 spid=${pids[1]}
 cpu() { awk '{print $14 + $15}' "/proc/$spid/stat"; }
-for client in async sync; do
-  before=$(cpu)
-  out=$("${bench[@]}" --only ext_proc --client "$client")
-  after=$(cpu)
-  echo "$out"
-  picks=$(echo "$out" | sed -E 's/.* ([0-9]+) picks, .*/\1/')
-  python3 -c "t=($after-$before)/$(getconf CLK_TCK); p=$picks; print(f'  gateway CPU: {t:.2f} s for {p} picks = {t/p*1e6:.0f} us per pick -> {p/t:.0f} picks/s per fully used core')"
-done
+# Each client alone against ext_proc, with the gateway's (pid $spid) CPU time around the run.
+cpu_per_pick() {
+  local client before after out picks
+  for client in async sync; do
+    before=$(cpu)
+    out=$("${bench[@]}" --only ext_proc --client "$client")
+    after=$(cpu)
+    echo "$out"
+    picks=$(echo "$out" | sed -E 's/.* ([0-9]+) picks, .*/\1/')
+    python3 -c "t=($after-$before)/$(getconf CLK_TCK); p=$picks; print(f'  gateway CPU: {t:.2f} s for {p} picks = {t/p*1e6:.0f} us per pick -> {p/t:.0f} picks/s per fully used core')"
+  done
+}
+cpu_per_pick
 curl -s "127.0.0.1:$admin_port/metrics" | grep -E '^sluice_requests_total|^sluice_ext_proc_(streams|bad)' | sed 's/^/  metrics: /'
 if [ -n "${COMPARE_WITH:-}" ]; then
   kill "$spid"; wait "$spid" 2>/dev/null || true
@@ -110,13 +115,6 @@ if [ -n "${COMPARE_WITH:-}" ]; then
   wait_port "$sluice_port"
   wait_port "$grpc_port"
   echo "compared with $COMPARE_WITH ($("$COMPARE_WITH" --version 2>&1 | head -1)), same runs:"
-  for client in async sync; do
-    before=$(cpu)
-    out=$("${bench[@]}" --only ext_proc --client "$client")
-    after=$(cpu)
-    echo "$out"
-    picks=$(echo "$out" | sed -E 's/.* ([0-9]+) picks, .*/\1/')
-    python3 -c "t=($after-$before)/$(getconf CLK_TCK); p=$picks; print(f'  gateway CPU: {t:.2f} s for {p} picks = {t/p*1e6:.0f} us per pick -> {p/t:.0f} picks/s per fully used core')"
-  done
+  cpu_per_pick
 fi
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
