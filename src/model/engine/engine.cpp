@@ -150,7 +150,6 @@ void Engine::finish(Request* r, FinishReason why, Time now) {
   } else {
     waiting_.erase({r->key, r->id});
   }
-  if (why != FinishReason::abort) register_full_blocks(r);
   blocks_.release(r->blocks);
   switch (why) {
     case FinishReason::stop: ++counters_.finished_stop; break;
@@ -159,8 +158,6 @@ void Engine::finish(Request* r, FinishReason why, Time now) {
   }
   hist_.e2e.observe(std::max(0.0, to_seconds(now - r->arrival)));
 }
-
-void Engine::register_full_blocks(Request* r) { register_full_blocks(r, r->num_computed); }
 
 void Engine::register_full_blocks(Request* r, int64_t computed) {
   const size_t bs = static_cast<size_t>(cfg_.block_size);
@@ -317,7 +314,6 @@ StepResult Engine::end_step(Time now) {
     auto it = requests_.find(s.id);
     if (it == requests_.end()) continue;  // aborted during the step
     Request* r = it->second.get();
-    register_full_blocks(r);
     RequestOutput out;
     out.id = r->id;
     out.prompt_tokens = r->prompt_len;

@@ -180,8 +180,9 @@ class Engine {
 
   void preempt(Request* r);
   void finish(Request* r, FinishReason why, Time now);
-  void register_full_blocks(Request* r);
-  void register_full_blocks(Request* r, int64_t computed);  // the full blocks of its first `computed` tokens
+  // Caches the full blocks of r's first `computed` tokens not cached yet (called when a step is
+  // scheduled: the blocks it computes are cached from then on).
+  void register_full_blocks(Request* r, int64_t computed);
   size_t pick_victim(size_t first_unscheduled) const;
   bool adapter_in_use(std::string_view name) const;
   void enqueue_waiting(Request* r, bool at_head);
