@@ -480,7 +480,9 @@ TEST(SluiceSloPrice, DecodeFarFromThePaceCostsNothingNearItItsExpectedLag) {
   EXPECT_NEAR(n.interference_ms, 40 * 150 * (lag1 - lag0), 1e-6);
 }
 
-TEST(SluiceSloPrice, PrefillStallCostsTheQueueItsMsAndTheDecodersOnlyTheirLag) {
+// A 6000-token cold prefill (50 output tokens) joining 20 decoders with 50 tokens left each and 5
+// queued requests, KV unbounded; kColdPrefillStall is the time it adds to the steps it shares.
+SluiceInputs cold_prefill_into_a_short_batch() {
   SluiceInputs in;
   in.input = 6000;
   in.output = 50;
@@ -488,7 +490,13 @@ TEST(SluiceSloPrice, PrefillStallCostsTheQueueItsMsAndTheDecodersOnlyTheirLag) {
   in.decoding = 20;
   in.queued = 5;
   in.remaining = 25 * 50;  // 50 tokens left each: about 100 tokens each in all
-  const double stall = 0.022 * 6020 - 5.5 + 1.5e-6 * 6000 * 3000;
+  return in;
+}
+const double kColdPrefillStall = 0.022 * 6020 - 5.5 + 1.5e-6 * 6000 * 3000;
+
+TEST(SluiceSloPrice, PrefillStallCostsTheQueueItsMsAndTheDecodersOnlyTheirLag) {
+  SluiceInputs in = cold_prefill_into_a_short_batch();
+  const double stall = kColdPrefillStall;
   // 20 short decoders far under the pace: only the 5 queued requests pay the stall.
   EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, 5 * stall, 1e-9);
   // Requests arriving during the stall (lambda x stall of them) wait stall / 2 each.
@@ -512,14 +520,8 @@ TEST(SluiceSloPrice, PrefillStallCostsTheQueueItsMsAndTheDecodersOnlyTheirLag) {
 TEST(SluiceSloPrice, AFullKvMakesTheWholeBatchPayTheStall) {
   // The stall also holds the batch's KV: past what the queue and the decoders' lag pay, the batch
   // pays u^3 x B x stall (u = KV usage), all of it when the KV is full.
-  SluiceInputs in;
-  in.input = 6000;
-  in.output = 50;
-  in.capacity_tokens = 1e9;
-  in.decoding = 20;
-  in.queued = 5;
-  in.remaining = 25 * 50;
-  const double stall = 0.022 * 6020 - 5.5 + 1.5e-6 * 6000 * 3000;
+  SluiceInputs in = cold_prefill_into_a_short_batch();
+  const double stall = kColdPrefillStall;
   // Room in the KV: 0.3^3 x 25 = 0.675 < the 5 queued requests' price, which stays.
   in.kv_usage = 0.3;
   EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, 5 * stall, 1e-9);
