@@ -1,5 +1,7 @@
 #include "sim/kv_publisher.h"
 
+#include <algorithm>
+
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
 
@@ -126,6 +128,10 @@ std::optional<std::string> KvPublisher::open() {
       impl_->replay->set(zmq::sockopt::linger, 0);
       impl_->replay->set(zmq::sockopt::ipv6, true);
       impl_->replay->set(zmq::sockopt::maxmsgsize, int64_t{1024});
+      // A ROUTER drops what exceeds a peer's send high-water mark (default 1000) without a word, end
+      // marker included: let one whole buffer (plus the marker) queue for each replaying peer.
+      impl_->replay->set(zmq::sockopt::sndhwm,
+                         static_cast<int>(std::min<size_t>(cfg_.buffer_steps + 16, size_t{1} << 30)));
       impl_->replay->bind(offset_endpoint_port(cfg_.replay_endpoint, rank_));
       impl_->replay_fd.assign(impl_->replay->get(zmq::sockopt::fd));
       arm_replay();

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -133,6 +134,55 @@ class Wire(unittest.TestCase):
             cleared = msgpack.unpackb(sub.recv_multipart()[2], raw=False)
             ev = cleared[1][0] if encoding == "arrays" else cleared["events"][0]
             self.assertEqual(ev, ["AllBlocksCleared"] if encoding == "arrays" else {"type": "AllBlocksCleared"})
+        finally:
+            ctx.destroy(linger=0)
+            sim.stop()
+
+    def test_a_replay_longer_than_the_high_water_mark_arrives_whole(self):
+        """More buffered batches than ZeroMQ's default high-water mark (1000): a ROUTER drops what
+        exceeds it without a word, end marker included, so a gateway's warm start would time out."""
+        cfg = dict(KV_CFG)
+        sim = fleet.Proc([SLUICE, "sim", "--replicas", "1", "--base-port", "0", "--seed", "7", "--output-len", "1",
+                          "--time-scale", "50", "--kv-blocks", "64", "--kv-events-config", json.dumps(cfg)], "sim")
+        ctx = zmq.Context()
+        try:
+            port, replay = None, None
+            deadline = time.time() + 30
+            while replay is None and time.time() < deadline:
+                line = sim.p.stdout.readline()
+                if "listening on" in line:
+                    port = int(line.rsplit(":", 1)[1])
+                elif "kv events on" in line:
+                    replay = line.split()[7]
+            self.assertIsNotNone(replay, "".join(sim.err[-10:]))
+            # Distinct prompts on a small cache: every step stores and evicts, one batch per step.
+            todo = iter(range(2400))
+            lock = threading.Lock()
+
+            def client():
+                while True:
+                    with lock:
+                        i = next(todo, None)
+                    if i is None:
+                        return
+                    completion(port, f"p{i} " + "x y z " * 40, max_tokens=1)
+            threads = [threading.Thread(target=client) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.connect(replay)
+            dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+            got = []
+            while True:
+                self.assertTrue(dealer.poll(5000 * SLOW), f"replay stopped after {len(got)} batches, no end marker")
+                _, s, _ = dealer.recv_multipart()
+                if int.from_bytes(s, "big", signed=True) == -1:
+                    break
+                got.append(int.from_bytes(s, "big"))
+            self.assertGreater(len(got), 1100)
+            self.assertEqual(got, list(range(got[0], got[0] + len(got))))
         finally:
             ctx.destroy(linger=0)
             sim.stop()
@@ -261,6 +311,99 @@ models:
             self.assertLess(time.time() - t0, 1.0 * SLOW)
             self.assertGreater(m("sluice_kv_index_memory_bytes"), 0)
         finally:
+            ctx.destroy(linger=0)
+            for p in reversed(procs):
+                p.stop()
+            tmp.cleanup()
+
+    def test_a_hung_replay_never_holds_up_another_endpoint(self):
+        """Endpoint A's replay ROUTER takes the warm-start request and never answers; endpoint B (a real
+        sim) must still be indexed at once, not after A's replay deadline. Then a gap on A is
+        filled by a replay, and the live batch that revealed it is applied after the replayed ones."""
+        tmp = tempfile.TemporaryDirectory()
+        ctx = zmq.Context()
+        procs = []
+        stop = threading.Event()
+        server = None
+        try:
+            sim, ports, kv = start_kv_sim(2, "maps")
+            procs.append(sim)
+            pub, router = ctx.socket(zmq.PUB), ctx.socket(zmq.ROUTER)
+            pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
+            router_port = router.bind_to_random_port("tcp://127.0.0.1")
+            requests = []
+            seq = lambda n: n.to_bytes(8, "big", signed=True)
+
+            def batch(h, parent):
+                return msgpack.packb({"ts": time.time(), "events": [
+                    {"type": "BlockStored", "block_hashes": [h], "parent_block_hash": parent,
+                     "token_ids": list(range(h * 16, h * 16 + 16)), "block_size": 16, "lora_id": None,
+                     "medium": "GPU", "lora_name": None}], "data_parallel_rank": 0})
+
+            def serve_replays():  # the first request hangs; later ones get seqs up to 4 and the end marker
+                while not stop.is_set():
+                    if not router.poll(50):
+                        continue
+                    ident, _, start = router.recv_multipart()
+                    requests.append(int.from_bytes(start, "big", signed=True))
+                    if len(requests) == 1:
+                        continue
+                    for n in range(requests[-1], 5):
+                        router.send_multipart([ident, b"", seq(n), batch(n, n - 1)])
+                    router.send_multipart([ident, b"", seq(-1), b""])
+            server = threading.Thread(target=serve_replays)
+            server.start()
+            listen, admin = fleet.free_port(), fleet.free_port()
+            cfg = os.path.join(tmp.name, "sluice.yaml")
+            with open(cfg, "w") as f:
+                f.write(f"""listen: 127.0.0.1:{listen}
+admin: 127.0.0.1:{admin}
+workers: 1
+pools:
+  - name: chat
+    kind: chat
+    endpoints:
+      - {{address: 127.0.0.1:{ports[0]}, name: a, kv_events: 'tcp://127.0.0.1:{pub_port}', kv_events_replay: 'tcp://127.0.0.1:{router_port}'}}
+      - {{address: 127.0.0.1:{ports[1]}, name: b, kv_events: '{kv[1][0]}', kv_events_replay: '{kv[1][1]}'}}
+    kv_events: {{replay_timeout_ms: {4000 * SLOW}}}
+models:
+  - {{name: {fleet.MODEL}, pool: chat}}
+""")
+            gw = fleet.Proc([SLUICE, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
+            procs.append(gw)
+            self.assertTrue(fleet.wait_for(lambda: self._up(admin) or gw.p.poll() is not None, 30) and gw.p.poll() is None,
+                            "".join(gw.err[-10:]))
+            m = lambda name, ep: fleet.metric(fleet.admin_metrics(admin), name, pool="chat", endpoint=ep)
+            self.assertTrue(fleet.wait_for(lambda: requests == [0] and m("sluice_kv_events_connected", "b") == 1, 5 * SLOW))
+            t0 = time.time()
+            self.assertEqual(completion(ports[1], "[b] " + PROMPT)[0], 200)
+            self.assertTrue(fleet.wait_for(lambda: (m("sluice_kv_index_blocks", "b") or 0) > 0, 1.5 * SLOW),
+                            fleet.admin_metrics(admin))
+            self.assertLess(time.time() - t0, 1.5 * SLOW)
+            self.assertEqual(m("sluice_kv_events_replay_failures_total", "a"), 0)  # A's replay is still hanging
+            self.assertEqual(m("sluice_kv_events_fresh", "a"), 0)
+            # A's deadline: a failed warm start is a resync, and A is trusted from then on.
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_replay_failures_total", "a") == 1
+                                           and m("sluice_kv_events_fresh", "a") == 1, 8 * SLOW),
+                            fleet.admin_metrics(admin))
+            self.assertEqual(m("sluice_kv_events_resyncs_total", "a"), 1)
+            # Live seq 0, then 5: a gap; the replay brings 1..4, then the held 5 is applied.
+            pub.send_multipart([b"t", seq(0), batch(0, None)])
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_last_seq", "a") == 0, 3 * SLOW))
+            pub.send_multipart([b"t", seq(5), batch(5, 4)])
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_last_seq", "a") == 5, 3 * SLOW),
+                            fleet.admin_metrics(admin))
+            self.assertEqual(requests, [0, 1])
+            self.assertEqual(m("sluice_kv_events_gaps_total", "a"), 1)
+            self.assertEqual(m("sluice_kv_events_replay_failures_total", "a"), 1)  # only the warm start
+            self.assertEqual(m("sluice_kv_events_resyncs_total", "a"), 1)
+            self.assertEqual(m("sluice_kv_index_blocks", "a"), 6)  # hashes 0..5, chained, none orphaned
+            self.assertEqual(m("sluice_kv_events_orphan_blocks_total", "a"), 0)
+            self.assertIsNone(gw.p.poll())
+        finally:
+            stop.set()
+            if server:
+                server.join()
             ctx.destroy(linger=0)
             for p in reversed(procs):
                 p.stop()

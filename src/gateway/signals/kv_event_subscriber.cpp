@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <fmt/format.h>
@@ -26,12 +27,21 @@ constexpr int64_t kMaxMessageBytes = 64ll << 20;
 }  // namespace
 
 struct KvEventSubscriber::Impl {
+  // A replay in flight: a warm start (from 0, after a connection) or a gap's, which holds the live
+  // batch that revealed the gap until the replay has run.
+  struct Replay {
+    SteadyClock::time_point deadline;
+    bool warm = false;
+    int64_t held_seq = 0;
+    zmq::message_t held;
+  };
   struct Ep {
     size_t index = 0;
     std::string name, address, replay_address;
     std::optional<zmq::socket_t> sub, monitor, dealer;
     KvSequence seq;
     SteadyClock::time_point last_warning{};
+    std::optional<Replay> replaying;  // a replay in flight: its DEALER is polled instead of the SUB
   };
   zmq::context_t ctx{1};
   std::vector<Ep> eps;
@@ -79,6 +89,7 @@ KvEventSubscriber::KvEventSubscriber(const PoolConfig& pool, std::shared_ptr<KvE
         ep.dealer->set(zmq::sockopt::linger, 0);
         ep.dealer->set(zmq::sockopt::ipv6, true);
         ep.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+        ep.dealer->set(zmq::sockopt::rcvhwm, 100000);
         ep.dealer->connect(ep.replay_address);
       }
     } catch (const zmq::error_t& e) {
@@ -118,56 +129,89 @@ void KvEventSubscriber::run() {
     }
     ep.seq.applied(seq);
   };
-  // Replays from `from` on until the end marker; false when it timed out or left a gap.
-  auto replay = [&](Impl::Ep& ep, int64_t from) {
-    if (!ep.dealer) return false;
-    idx.count(ep.index, [](KvEndpointCounters& c) { ++c.replays; });
-    const std::string seq_frame = kv::encode_seq(from);
-    try {
-      ep.dealer->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-      if (!ep.dealer->send(zmq::buffer(seq_frame), zmq::send_flags::dontwait)) return false;
-      const auto deadline = SteadyClock::now() + impl_->replay_timeout;
-      while (!stop_.load()) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-        if (left.count() <= 0) break;
-        zmq::pollitem_t item{ep.dealer->handle(), 0, ZMQ_POLLIN, 0};
-        if (zmq::poll(&item, 1, left) <= 0) continue;
-        std::vector<zmq::message_t> f;
-        if (!zmq::recv_multipart(*ep.dealer, std::back_inserter(f), zmq::recv_flags::dontwait)) continue;
-        int64_t seq = 0;
-        if (f.size() != 3 || f[0].size() != 0 || !kv::decode_seq(f[1].to_string_view(), seq)) {
-          idx.count(ep.index, [](KvEndpointCounters& c) { ++c.decode_errors; });
-          warn(ep, "malformed replay reply");
-          continue;
-        }
-        if (seq == -1) return true;
-        switch (ep.seq.on_batch(seq)) {
-          case KvSequence::Verdict::apply: apply(ep, seq, f[2].to_string_view()); break;
-          case KvSequence::Verdict::duplicate: break;
-          case KvSequence::Verdict::gap: break;  // the buffer no longer holds what we missed: resync
-        }
-        if (ep.seq.last() < seq) break;
-      }
-    } catch (const zmq::error_t& e) {
-      warn(ep, std::string("replay: ") + e.what());
-    }
-    // Timed out (or left a gap): late replies must not confuse the next replay.
+  auto new_dealer = [&](Impl::Ep& ep) {
     ep.dealer.emplace(impl_->ctx, zmq::socket_type::dealer);
     ep.dealer->set(zmq::sockopt::linger, 0);
     ep.dealer->set(zmq::sockopt::ipv6, true);
     ep.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+    ep.dealer->set(zmq::sockopt::rcvhwm, 100000);
     ep.dealer->connect(ep.replay_address);
-    return false;
+  };
+  // A replay ended (the end marker came: ok; or it timed out, left a gap, or was abandoned). A warm
+  // start that failed is a resync; a gap's held live batch is then applied, replayed past or resynced.
+  auto finish_replay = [&](Impl::Ep& ep, bool ok) {
+    Impl::Replay r = std::move(*ep.replaying);
+    ep.replaying.reset();
+    if (!ok) new_dealer(ep);  // late replies must not confuse the next replay
+    if (r.warm) {
+      if (!ok) {
+        idx.count(ep.index, [](KvEndpointCounters& c) { ++c.replay_failures; });
+        idx.resync(ep.index);
+        ep.seq.reset();
+      }
+      idx.set_synced(ep.index, true);
+      return;
+    }
+    switch (ep.seq.on_batch(r.held_seq)) {
+      case KvSequence::Verdict::duplicate: return;  // the replay brought it
+      case KvSequence::Verdict::apply: apply(ep, r.held_seq, r.held.to_string_view()); return;
+      case KvSequence::Verdict::gap: break;
+    }
+    idx.count(ep.index, [](KvEndpointCounters& c) { ++c.replay_failures; });
+    idx.resync(ep.index);  // what was missed is unknown: start over from this batch
+    ep.seq.reset();
+    apply(ep, r.held_seq, r.held.to_string_view());
+  };
+  // Asks for `from` onwards. The replies are read by the poll loop while the live stream waits in
+  // the SUB socket's queue, so one endpoint's replay never holds up another's events.
+  auto start_replay = [&](Impl::Ep& ep, int64_t from, bool warm, int64_t held_seq, zmq::message_t held) {
+    idx.count(ep.index, [](KvEndpointCounters& c) { ++c.replays; });
+    ep.replaying = Impl::Replay{SteadyClock::now() + impl_->replay_timeout, warm, held_seq, std::move(held)};
+    const std::string seq_frame = kv::encode_seq(from);
+    bool sent = false;
+    try {
+      sent = ep.dealer->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+             ep.dealer->send(zmq::buffer(seq_frame), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      warn(ep, std::string("replay: ") + e.what());
+    }
+    if (!sent) finish_replay(ep, false);
+  };
+  auto on_replay_reply = [&](Impl::Ep& ep) {
+    for (int n = 0; n < 256 && ep.replaying; ++n) {
+      std::vector<zmq::message_t> f;
+      if (!zmq::recv_multipart(*ep.dealer, std::back_inserter(f), zmq::recv_flags::dontwait)) return;
+      int64_t seq = 0;
+      if (f.size() != 3 || f[0].size() != 0 || !kv::decode_seq(f[1].to_string_view(), seq)) {
+        idx.count(ep.index, [](KvEndpointCounters& c) { ++c.decode_errors; });
+        warn(ep, "malformed replay reply");
+        continue;
+      }
+      if (seq == -1) {
+        finish_replay(ep, true);
+        return;
+      }
+      switch (ep.seq.on_batch(seq)) {
+        case KvSequence::Verdict::apply: apply(ep, seq, f[2].to_string_view()); break;
+        case KvSequence::Verdict::duplicate: break;
+        case KvSequence::Verdict::gap:  // the buffer no longer holds what we missed (or dropped replies)
+          finish_replay(ep, false);
+          return;
+      }
+    }
   };
   auto on_connected = [&](Impl::Ep& ep) {
+    if (ep.replaying) {  // a reconnect abandons what the old connection was replaying
+      ep.replaying.reset();
+      new_dealer(ep);
+    }
     idx.set_connected(ep.index, true, impl_->now());
     ep.seq.reset();
-    if (ep.dealer && !replay(ep, 0)) {
-      idx.count(ep.index, [](KvEndpointCounters& c) { ++c.replay_failures; });
-      idx.resync(ep.index);
-      ep.seq.reset();
+    if (ep.dealer) {
+      start_replay(ep, 0, true, 0, {});
+    } else {
+      idx.set_synced(ep.index, true);
     }
-    idx.set_synced(ep.index, true);
   };
   auto on_message = [&](Impl::Ep& ep, std::vector<zmq::message_t>& f) {
     int64_t seq = 0;
@@ -183,35 +227,37 @@ void KvEventSubscriber::run() {
     }
     idx.count(ep.index, [](KvEndpointCounters& c) { ++c.gaps; });
     if (ep.dealer) {
-      replay(ep, ep.seq.next());
-      if (ep.seq.on_batch(seq) == KvSequence::Verdict::duplicate) return;  // the replay brought it
-      if (ep.seq.on_batch(seq) == KvSequence::Verdict::apply) {
-        apply(ep, seq, f[2].to_string_view());
-        return;
-      }
-      idx.count(ep.index, [](KvEndpointCounters& c) { ++c.replay_failures; });
+      start_replay(ep, ep.seq.next(), false, seq, std::move(f[2]));
+      return;
     }
     idx.resync(ep.index);  // what was missed is unknown: start over from this batch
     ep.seq.reset();
     apply(ep, seq, f[2].to_string_view());
   };
 
+  // Per endpoint: its monitor, and its SUB socket or, while it replays, its DEALER.
   std::vector<zmq::pollitem_t> items;
   while (!stop_.load()) {
     items.clear();
+    auto tick = std::chrono::milliseconds(100);
+    const auto now = SteadyClock::now();
     for (auto& ep : eps) {
-      items.push_back({ep.sub->handle(), 0, ZMQ_POLLIN, 0});
       items.push_back({ep.monitor->handle(), 0, ZMQ_POLLIN, 0});
+      items.push_back({ep.replaying ? ep.dealer->handle() : ep.sub->handle(), 0, ZMQ_POLLIN, 0});
+      if (ep.replaying) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(ep.replaying->deadline - now);
+        tick = std::clamp(left, std::chrono::milliseconds(0), tick);
+      }
     }
     try {
       if (items.empty()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         continue;
       }
-      if (zmq::poll(items, std::chrono::milliseconds(100)) <= 0) continue;
+      zmq::poll(items, tick);
       for (size_t i = 0; i < eps.size(); ++i) {
         Impl::Ep& ep = eps[i];
-        if (items[2 * i + 1].revents & ZMQ_POLLIN) {
+        if (items[2 * i].revents & ZMQ_POLLIN) {
           std::vector<zmq::message_t> f;
           while (zmq::recv_multipart(*ep.monitor, std::back_inserter(f), zmq::recv_flags::dontwait)) {
             if (!f.empty() && f[0].size() >= 2) {
@@ -227,16 +273,23 @@ void KvEventSubscriber::run() {
             }
             f.clear();
           }
+          continue;  // the socket polled for this endpoint may have changed: next round
         }
-        if (items[2 * i].revents & ZMQ_POLLIN) {
-          // A bounded number per endpoint and round, so one busy publisher cannot starve the others.
-          for (int n = 0; n < 256; ++n) {
-            std::vector<zmq::message_t> f;
-            if (!zmq::recv_multipart(*ep.sub, std::back_inserter(f), zmq::recv_flags::dontwait)) break;
-            on_message(ep, f);
-          }
+        if (!(items[2 * i + 1].revents & ZMQ_POLLIN)) continue;
+        if (ep.replaying) {
+          on_replay_reply(ep);
+          continue;
+        }
+        // A bounded number per endpoint and round, so one busy publisher cannot starve the others.
+        for (int n = 0; n < 256 && !ep.replaying; ++n) {
+          std::vector<zmq::message_t> f;
+          if (!zmq::recv_multipart(*ep.sub, std::back_inserter(f), zmq::recv_flags::dontwait)) break;
+          on_message(ep, f);
         }
       }
+      const auto t = SteadyClock::now();
+      for (auto& ep : eps)
+        if (ep.replaying && t >= ep.replaying->deadline) finish_replay(ep, false);
     } catch (const zmq::error_t& e) {
       spdlog::warn("pool {}: kv events: {}", impl_->pool, e.what());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -10,6 +10,9 @@
 //   SUB [topic, seq, payload] -> KvSequence: apply / drop a duplicate / on a gap, replay from
 //                           last + 1 (DEALER: ["", seq] -> ["", seq, payload]... ["", -1, ""]) with a
 //                           deadline (replay_timeout); what the replay cannot fill is a resync.
+//   Replays are states of the loop, not calls that wait: while an endpoint replays, its DEALER is
+//   polled in place of its SUB (whose live batches queue in ZeroMQ, up to rcvhwm), so a slow or
+//   silent replay socket delays only its own endpoint, never another's events.
 //   Anything else (wrong frame count, a bad seq frame, a payload that does not decode) is counted
 //   (decode_errors) and dropped; a batch that does not decode still advances the sequence.
 // The thread never touches a request: picks read the index under its own mutex, so a silent or
