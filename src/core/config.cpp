@@ -163,8 +163,13 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
   if (n["discovery"]) p.discovery = parse_discovery_yaml(n["discovery"], path + ".discovery");
   std::string pool_authorization;
   if (n["upstream_auth"]) pool_authorization = parse_upstream_auth(n["upstream_auth"], path + ".upstream_auth");
+  p.upstream_authorization = pool_authorization;
   TlsClientConfig pool_tls;
   if (n["upstream_tls"]) parse_tls_client(n["upstream_tls"], path + ".upstream_tls", pool_tls);
+  // Discovered pods are reached at their IP over plain HTTP (the TLS bridges are set up for the
+  // listed https:// endpoints only): refused rather than silently sent in the clear.
+  if (p.discovery && n["upstream_tls"])
+    fail(path + ".upstream_tls", "cannot apply to discovered endpoints (pods are reached over http); list https:// endpoints instead");
   if (p.discovery && n["endpoints"] && !n["endpoints"].IsSequence()) fail(path + ".endpoints", "expected a list");
   if (!p.discovery && (!n["endpoints"] || !n["endpoints"].IsSequence() || n["endpoints"].size() == 0))
     fail(path + ".endpoints", "is required and must list at least one endpoint");
@@ -187,19 +192,11 @@ PoolConfig parse_pool(const YAML::Node& n, const std::string& path) {
     if (k["stale_after_ms"]) p.kv_events.stale_after = get_ms(k["stale_after_ms"], kp + ".stale_after_ms");
     if (k["recent_window_ms"]) p.kv_events.recent_window = get_ms(k["recent_window_ms"], kp + ".recent_window_ms");
     if (k["replay_timeout_ms"]) p.kv_events.replay_timeout = get_ms(k["replay_timeout_ms"], kp + ".replay_timeout_ms");
-    for (size_t i = 0; i < p.endpoints.size(); ++i) {
-      auto& ep = p.endpoints[i];
-      const int off = p.kv_events.offset_by_index ? static_cast<int>(i) : 0;
-      auto addr = [&](uint16_t port) {
-        if (port + off > 65535) fail(kp, fmt::format("port {} + endpoint index {} is past 65535", port, off));
-        return fmt::format("tcp://{}:{}", ep.address.host.find(':') != std::string::npos ? "[" + ep.address.host + "]" : ep.address.host,
-                           port + off);
-      };
-      if (ep.kv_events.empty() && p.kv_events.port) ep.kv_events = addr(p.kv_events.port);
-      if (ep.kv_events_replay.empty() && p.kv_events.replay_port) ep.kv_events_replay = addr(p.kv_events.replay_port);
-    }
+    const int off = p.kv_events.offset_by_index && !p.endpoints.empty() ? static_cast<int>(p.endpoints.size()) - 1 : 0;
+    for (uint16_t port : {p.kv_events.port, p.kv_events.replay_port})
+      if (port && port + off > 65535) fail(kp, fmt::format("port {} + endpoint index {} is past 65535", port, off));
   }
-  for (const auto& ep : p.endpoints) p.kv_events.enabled = p.kv_events.enabled || !ep.kv_events.empty();
+  apply_kv_events_defaults(p);
   if (const auto& t = n["token_ids"]) {
     const auto tp = path + ".token_ids";
     check_keys(t, tp, {"source", "timeout_ms", "cache_entries", "cache_tokens"});
@@ -364,6 +361,7 @@ std::shared_ptr<const Config> parse_config_tree(const std::string& yaml_text) {
   for (size_t i = 0; i < root["pools"].size(); ++i) {
     auto p = parse_pool(root["pools"][i], fmt::format("pools[{}]", i));
     p.fingerprint = YAML::Dump(root["pools"][i]);
+    p.fingerprint += upstream_auth_fingerprint(p.upstream_authorization);
     for (const auto& ep : p.endpoints) p.fingerprint += upstream_auth_fingerprint(ep.authorization);
     if (cfg->find_pool(p.name)) fail(fmt::format("pools[{}].name", i), "duplicate pool name '" + p.name + "'");
     cfg->pools.push_back(std::move(p));
@@ -476,6 +474,22 @@ models:
     pool: embeddings
 )",
                      listen_port, admin_port, eps, embed_port);
+}
+
+void apply_kv_events_defaults(PoolConfig& p) {
+  for (size_t i = 0; i < p.endpoints.size(); ++i) {
+    auto& ep = p.endpoints[i];
+    const int off = p.kv_events.offset_by_index ? static_cast<int>(i) : 0;
+    auto addr = [&](uint16_t port) {
+      if (port + off > 65535) return std::string();
+      return fmt::format("tcp://{}:{}", ep.address.host.find(':') != std::string::npos ? "[" + ep.address.host + "]" : ep.address.host,
+                         port + off);
+    };
+    if (ep.kv_events.empty() && p.kv_events.port) ep.kv_events = addr(p.kv_events.port);
+    if (ep.kv_events_replay.empty() && p.kv_events.replay_port) ep.kv_events_replay = addr(p.kv_events.replay_port);
+  }
+  p.kv_events.enabled = false;
+  for (const auto& ep : p.endpoints) p.kv_events.enabled = p.kv_events.enabled || !ep.kv_events.empty();
 }
 
 }  // namespace sluice

@@ -139,6 +139,9 @@ struct PoolConfig {
   std::map<std::string, double> policy_params;  // weights and thresholds by name
   EngineKind engine = EngineKind::vllm;
   std::vector<EndpointConfig> endpoints;
+  // The pool's `upstream_auth:` ("Bearer <key>"; empty: none), the default of every endpoint
+  // without its own, discovered ones included. Never logged.
+  std::string upstream_authorization;
   UpstreamLimits upstream;
   ScrapeConfig scrape;
   int max_in_flight_per_endpoint = 256;    // hard cap: beyond it requests wait in the gateway
@@ -189,6 +192,12 @@ struct Timeouts {
   Duration idle_gap = std::chrono::seconds(60);    // between stream chunks
   Duration total = std::chrono::minutes(30);
 };
+
+// Gives each endpoint of `pool` without its own events addresses the pool default's
+// (`kv_events: {port, replay_port, offset_by_index}`: tcp://<endpoint host>:<port + index>), and
+// sets kv_events.enabled. Endpoints whose port would pass 65535 get none. Used when the file is
+// parsed (which refuses such ports first) and again for each set of discovered endpoints.
+void apply_kv_events_defaults(PoolConfig& pool);
 
 struct Config {
   Address listen{"127.0.0.1", 8080};

@@ -182,10 +182,11 @@ class Server(ThreadingHTTPServer):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--host", default="127.0.0.1", help="a loopback address (127.0.0.0/8)")
     ap.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate chain (and --tls-key)")
     ap.add_argument("--tls-key")
     args = ap.parse_args()
-    srv = Server(("127.0.0.1", args.port), Handler)
+    srv = Server((args.host, args.port), Handler)
     if args.tls_cert:
         import ssl
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

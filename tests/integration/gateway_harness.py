@@ -46,14 +46,15 @@ def read_line_matching(stream, needle, timeout):
 
 
 class FakeUpstream:
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_upstream.py"), "--port", "0"],
+    def __init__(self, host="127.0.0.1"):
+        self.host = host
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_upstream.py"), "--port", "0", "--host", host],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         line = read_line_matching(self.proc.stdout, "PORT", 10)
         self.port = int(line.split()[1])
 
     def get(self, path):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        c = http.client.HTTPConnection(self.host, self.port, timeout=5)
         c.request("GET", path)
         body = c.getresponse().read()
         c.close()

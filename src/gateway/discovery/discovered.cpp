@@ -26,6 +26,10 @@ std::shared_ptr<const Config> with_discovered(std::shared_ptr<const Config> conf
     auto it = by_pool.find(p.name);
     if (!p.discovery || it == by_pool.end()) continue;
     p.endpoints = it->second;
+    // What the pool gives every endpoint: its upstream_auth and its kv_events default.
+    for (auto& e : p.endpoints)
+      if (e.authorization.empty()) e.authorization = p.upstream_authorization;
+    apply_kv_events_defaults(p);
     std::string fp = p.fingerprint.substr(0, p.fingerprint.find(kMarker));
     fp += kMarker;
     for (const auto& e : p.endpoints) fp += " " + e.name + "=" + e.address.str();

@@ -11,7 +11,8 @@
 namespace sluice {
 
 void set_discovered(const std::string& pool, std::vector<EndpointConfig> endpoints);
-// `config` with each discovered pool's endpoints replaced by the discovered ones (and its
+// `config` with each discovered pool's endpoints replaced by the discovered ones, given the pool's
+// upstream_auth and kv_events defaults (and its
 // fingerprint marked with them, so a changed set gets a fresh runtime that adopts the prefix index
 // of the endpoints it keeps); `config` itself when there is nothing to replace.
 std::shared_ptr<const Config> with_discovered(std::shared_ptr<const Config> config);
