@@ -18,13 +18,14 @@
 
 #include "core/openai/request.h"
 #include "core/time.h"
+#include "gateway/http/request_body.h"
 
 namespace sluice {
 
 class Gateway;
 class UpstreamPool;
 class Downstream;
-using DownstreamRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using DownstreamRequest = boost::beast::http::request<RequestBody>;
 
 struct RequestContext {
   Gateway& gateway;

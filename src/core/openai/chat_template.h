@@ -18,7 +18,9 @@ struct ChatMessage {
 inline std::string render_chat(const std::vector<ChatMessage>& messages) {
   std::string out = "<|begin_of_text|>";
   size_t n = out.size();
-  for (const auto& m : messages) n += m.role.size() + m.content.size() + 40;
+  // 48 = the header, end-of-header and end-of-turn tags around each message; 47 the trailer. A
+  // short reserve reallocates (and copies) the whole rendered prompt on the last append.
+  for (const auto& m : messages) n += m.role.size() + m.content.size() + 48;
   out.reserve(n + 48);
   for (const auto& m : messages) {
     out += "<|start_header_id|>";

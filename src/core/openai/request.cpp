@@ -342,7 +342,7 @@ std::optional<int64_t> max_of(std::optional<int64_t> a, int64_t b) {
 
 }  // namespace
 
-ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits& limits) {
+ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits& limits, bool body_padded) {
   ParseResult result;
   if (body.empty()) {
     result.error = bad("Request body is empty; expected a JSON object.");
@@ -363,12 +363,18 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
   }
 
   thread_local od::parser parser;
-  thread_local simdjson::padded_string buffer;
-  if (buffer.size() < body.size() || buffer.size() > (1u << 20) + body.size()) {
-    buffer = simdjson::padded_string(body.size());
+  static_assert(kBodyPadding >= simdjson::SIMDJSON_PADDING);
+  simdjson::padded_string_view padded;
+  if (body_padded) {
+    padded = simdjson::padded_string_view(body.data(), body.size(), body.size() + kBodyPadding);
+  } else {
+    thread_local simdjson::padded_string buffer;
+    if (buffer.size() < body.size() || buffer.size() > (1u << 20) + body.size()) {
+      buffer = simdjson::padded_string(body.size());
+    }
+    std::memcpy(buffer.data(), body.data(), body.size());
+    padded = simdjson::padded_string_view(buffer.data(), body.size(), buffer.size() + simdjson::SIMDJSON_PADDING);
   }
-  std::memcpy(buffer.data(), body.data(), body.size());
-  simdjson::padded_string_view padded(buffer.data(), body.size(), buffer.size() + simdjson::SIMDJSON_PADDING);
 
   RequestModel req;
   req.kind = kind;
@@ -402,7 +408,7 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       if (s.size() > limits.max_model_bytes)
         return fail(fmt::format("'model' is longer than the limit of {} bytes.", limits.max_model_bytes), param);
       req.model.assign(s);
-      req.model_value_offset = static_cast<size_t>(raw.data() - buffer.data());
+      req.model_value_offset = static_cast<size_t>(raw.data() - padded.data());
       req.model_value_length = raw.size();
       have_model = true;
     } else if (key == "stream") {

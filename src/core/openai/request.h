@@ -89,7 +89,12 @@ struct ParseResult {
 // hashes). Invalid JSON, wrong types, missing model, a model name longer than
 // max_model_bytes, a duplicate top-level "model" key (the engine might read the other one),
 // invalid UTF-8, too-deep nesting and empty prompts give a 400 with a message naming the field.
-ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits& limits = {});
+//
+// `padded`: the kBodyPadding bytes after body.end() are readable and zero (the string's own
+// capacity, gateway/http/request_body.h), so the parser reads the body in place instead of
+// copying it into a padded buffer first.
+inline constexpr size_t kBodyPadding = 64;  // simdjson's SIMDJSON_PADDING (checked in request.cpp)
+ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits& limits = {}, bool padded = false);
 
 // Estimated input tokens from characters (~4 characters per token, at least 1).
 int64_t estimate_tokens(std::string_view text);

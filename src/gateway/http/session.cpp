@@ -227,7 +227,7 @@ asio::awaitable<void> Session::run() {
     first = false;
 
     BodyCharge body_charge(body_budget());  // declared before the parser: released after its body is freed
-    http::request_parser<http::string_body> parser;
+    http::request_parser<RequestBody> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
     watchdog_.arm(limits.header_timeout, Phase::header);

@@ -1,0 +1,62 @@
+// RequestBody: Beast's string_body with a reader made for large request bodies. Written by hand
+// because Beast's own string_body reader grows the string with resize() (zero-filling every byte
+// before copying it in: ~5% of the gateway's CPU at 220 KB prompts, perf) and reserves exactly the
+// Content-Length, so the JSON parser must copy the body again to get simdjson's padding.
+// This reader appends (one copy, no fill) and reserves kBodyPadding bytes past the declared length,
+// zeroed when the body is complete, so parse_request can read the body in place (request.h).
+#pragma once
+#include <boost/beast/core/buffers_range.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/optional.hpp>
+#include <cstdint>
+#include <string>
+
+#include "core/openai/request.h"
+
+namespace sluice {
+
+struct RequestBody : boost::beast::http::string_body {
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    explicit reader(boost::beast::http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+
+    void init(const boost::optional<std::uint64_t>& length, boost::system::error_code& ec) {
+      ec = {};
+      if (!length) return;
+      if (*length > body_.max_size() - kBodyPadding) {
+        ec = boost::beast::http::error::buffer_overflow;
+        return;
+      }
+      body_.reserve(static_cast<size_t>(*length) + kBodyPadding);
+    }
+
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
+      ec = {};
+      std::size_t n = 0;
+      for (const auto b : boost::beast::buffers_range_ref(buffers)) {
+        body_.append(static_cast<const char*>(b.data()), b.size());
+        n += b.size();
+      }
+      return n;
+    }
+
+    void finish(boost::system::error_code& ec) {
+      ec = {};
+      // Zero the padding (initialised bytes for the parser to read past the end), keeping the size.
+      const size_t size = body_.size();
+      if (body_.capacity() >= size + kBodyPadding) {
+        body_.append(kBodyPadding, '\0');
+        body_.resize(size);
+      }
+    }
+
+   private:
+    value_type& body_;
+  };
+};
+
+}  // namespace sluice
