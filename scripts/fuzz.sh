@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for FUZZ_SECONDS (default 16;
-# CI uses the default, run longer by hand: FUZZ_SECONDS=600 scripts/fuzz.sh). Each target starts
+# Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for FUZZ_SECONDS (default 20;
+# scripts/test.sh runs each for 12 s; run longer by hand: FUZZ_SECONDS=600 scripts/fuzz.sh). Each target starts
 # from its committed seed corpus in fuzz/corpus/<target>/; new inputs go to a scratch copy. A crash
 # leaves its input in fuzz/ as crash-*: turn it into a regression test.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${SLUICE_FUZZ_BUILD_DIR:-$root/build-fuzz}
-secs=${FUZZ_SECONDS:-16}
+secs=${FUZZ_SECONDS:-20}
 "$root/scripts/install-deps.sh"
 if [ ! -f "$dir/build.ninja" ]; then
   # OSS-Fuzz's flags (-O1, line tables only): fast enough to fuzz, about half the compile time

@@ -32,6 +32,6 @@ if [ "${SLUICE_SKIP_SANITIZE:-0}" != 1 ]; then
 fi
 
 if [ "${SLUICE_SKIP_FUZZ:-0}" != 1 ]; then
-  FUZZ_SECONDS=${FUZZ_SECONDS:-15} "$root/scripts/fuzz.sh"
+  FUZZ_SECONDS=${FUZZ_SECONDS:-12} "$root/scripts/fuzz.sh"
   phase "fuzzing done"
 fi
