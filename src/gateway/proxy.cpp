@@ -370,6 +370,7 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
       rec_.attempts = static_cast<int>(i) + 1;
       rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
       predicted_cached_ = cand.predicted_cached_tokens;
+      rec_.predicted_cached_tokens = cand.predicted_cached_tokens;
       guard_ = router_->dispatch(pick_, cand, gw_.now());
       ticket_->on_dispatched();
     }

@@ -138,6 +138,8 @@ class DataPath(unittest.TestCase):
         self.assertEqual(rec["completion_tokens"], 12)
         self.assertEqual(rec["token_events"], 12)
         self.assertIsNotNone(rec["ttft_ms"])
+        self.assertIsInstance(rec["predicted_cached_tokens"], int)  # a pick happened: the picker's figure, not null
+        self.assertGreaterEqual(rec["predicted_cached_tokens"], 0)
 
     def test_stream_chunks_arrive_as_they_are_produced(self):
         # 5 chunks 300 ms apart: the first must arrive long before the last is produced.

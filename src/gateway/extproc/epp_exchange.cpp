@@ -358,6 +358,7 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
     }
     rec.attempts = 1;
     rec.endpoint = router.config().endpoints[candidates.front().endpoint].name;
+    rec.predicted_cached_tokens = candidates.front().predicted_cached_tokens;
     guard = router.dispatch(pick, candidates.front(), gw.now());
     ticket->on_dispatched();
   }
@@ -400,6 +401,7 @@ void EppExchange::on_served(std::string_view endpoint) {
     s.guard.release();
     s.guard = s.pool->router.dispatch(s.pick, c, s.gw.now());
     s.rec.endpoint = eps[c.endpoint].name;
+    s.rec.predicted_cached_tokens = c.predicted_cached_tokens;
     s.rec.attempts = static_cast<int>(i) + 1;
     return;
   }

@@ -80,6 +80,7 @@ std::string access_log_line(const RequestRecord& r, std::string_view ts) {
   optional_tokens(out, "prompt_tokens", r.prompt_tokens);
   optional_tokens(out, "completion_tokens", r.completion_tokens);
   optional_tokens(out, "cached_tokens", r.cached_tokens);
+  optional_tokens(out, "predicted_cached_tokens", r.predicted_cached_tokens);
   field(out, "token_events", r.token_events);
   if (r.queue_time) out += fmt::format(",\"queue_ms\":{:.3f}", to_millis(*r.queue_time));
   else out += ",\"queue_ms\":null";

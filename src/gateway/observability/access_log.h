@@ -38,6 +38,9 @@ struct RequestRecord {
   int64_t prompt_tokens = -1;      // -1: unknown (no usage reported)
   int64_t completion_tokens = -1;
   int64_t cached_tokens = -1;
+  // What the picker predicted the engine would find cached on the endpoint it chose (-1: no pick),
+  // beside cached_tokens, the engine's own figure: the prefix index's accuracy per request.
+  int64_t predicted_cached_tokens = -1;
   int64_t token_events = 0;        // streamed chunks that carried output
   std::optional<Duration> ttft;
   Duration max_gap{0};             // longest gap between streamed token events

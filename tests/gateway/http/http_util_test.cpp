@@ -54,6 +54,8 @@ TEST(AccessLog, LineIsJsonWithEveryField) {
   r.status = 200;
   r.outcome = Outcome::client_cancelled;
   r.prompt_tokens = 10;
+  r.cached_tokens = 4;
+  r.predicted_cached_tokens = 8;
   r.ttft = std::chrono::milliseconds(12);
   r.duration = std::chrono::milliseconds(30);
   auto line = access_log_line(r);
@@ -63,6 +65,7 @@ TEST(AccessLog, LineIsJsonWithEveryField) {
   EXPECT_NE(line.find("\"status\":200"), std::string::npos);
   EXPECT_NE(line.find("\"outcome\":\"client_cancelled\""), std::string::npos);
   EXPECT_NE(line.find("\"prompt_tokens\":10,\"completion_tokens\":null"), std::string::npos);
+  EXPECT_NE(line.find("\"cached_tokens\":4,\"predicted_cached_tokens\":8"), std::string::npos) << line;
   EXPECT_NE(line.find("\"ttft_ms\":12.000"), std::string::npos);
   EXPECT_NE(line.find("\"duration_ms\":30.000}"), std::string::npos);
 }
