@@ -121,12 +121,15 @@ def load_loop(port, stop, model, counts):
             time.sleep(0.05)
 
 
-def start_gateway(sluice, sim_ports, tmpdir, pool="chat", model=MODEL, max_in_flight_per_endpoint=256, extra_yaml=""):
+def start_gateway(sluice, sim_ports, tmpdir, pool="chat", model=MODEL, max_in_flight_per_endpoint=256, extra_yaml="",
+                  endpoint_yaml=(), pool_yaml=""):
     """`sluice serve` over the replicas (named replica-0..N-1), `extra_yaml` appended to its config
-    (tenants:, admission:); returns (proc, listen_port, admin_port) once the admin listener answers
-    /metrics, or raises with the gateway's stderr."""
+    (tenants:, admission:), `endpoint_yaml[i]` more keys of endpoint i (kv_events: ...), `pool_yaml`
+    more lines of the pool (indented 4); returns (proc, listen_port, admin_port) once the admin
+    listener answers /metrics, or raises with the gateway's stderr."""
     listen, admin = free_port(), free_port()
-    eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}}}" for i, p in enumerate(sim_ports))
+    more = lambda i: f", {endpoint_yaml[i]}" if i < len(endpoint_yaml) else ""
+    eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}{more(i)}}}" for i, p in enumerate(sim_ports))
     cfg = os.path.join(tmpdir, f"sluice-{listen}.yaml")
     with open(cfg, "w") as f:
         f.write(f"""listen: 127.0.0.1:{listen}
@@ -139,7 +142,7 @@ pools:
 {eps}
     scrape: {{interval_ms: 50, stale_after_ms: 500}}
     max_in_flight_per_endpoint: {max_in_flight_per_endpoint}
-models:
+{pool_yaml}models:
   - {{name: {model}, pool: {pool}}}
 {extra_yaml}
 """)

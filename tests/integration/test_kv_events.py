@@ -220,28 +220,10 @@ class Gateway(unittest.TestCase):
                 f"kv_events: 'tcp://[::1]:{ev1}', kv_events_replay: 'tcp://[::1]:{rp1}'",
                 f"kv_events: 'tcp://127.0.0.1:{bad_port}'",
             ]
-            listen, admin = fleet.free_port(), fleet.free_port()
-            eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}, {x}}}"
-                            for i, (p, x) in enumerate(zip([ports0[0], ports1[0], ports2[0]], extra_eps)))
-            cfg = os.path.join(tmp.name, "sluice.yaml")
-            with open(cfg, "w") as f:
-                f.write(f"""listen: 127.0.0.1:{listen}
-admin: 127.0.0.1:{admin}
-workers: 2
-pools:
-  - name: chat
-    kind: chat
-    endpoints:
-{eps}
-    scrape: {{interval_ms: 50, stale_after_ms: 500}}
-    kv_events: {{stale_after_ms: 2000}}
-models:
-  - {{name: {fleet.MODEL}, pool: chat}}
-""")
-            gw = fleet.Proc([SLUICE, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
+            gw, listen, admin = fleet.start_gateway(SLUICE, [ports0[0], ports1[0], ports2[0]], tmp.name,
+                                                    endpoint_yaml=extra_eps,
+                                                    pool_yaml="    kv_events: {stale_after_ms: 2000}\n")
             procs.append(gw)
-            self.assertTrue(fleet.wait_for(lambda: self._up(admin) or gw.p.poll() is not None, 30) and gw.p.poll() is None,
-                            "".join(gw.err[-10:]))
 
             def m(name, **labels):
                 return fleet.metric(fleet.admin_metrics(admin), name, pool="chat", **labels)
@@ -353,52 +335,38 @@ models:
                     router.send_multipart([ident, b"", seq(-1), b""])
             server = threading.Thread(target=serve_replays)
             server.start()
-            listen, admin = fleet.free_port(), fleet.free_port()
-            cfg = os.path.join(tmp.name, "sluice.yaml")
-            with open(cfg, "w") as f:
-                f.write(f"""listen: 127.0.0.1:{listen}
-admin: 127.0.0.1:{admin}
-workers: 1
-pools:
-  - name: chat
-    kind: chat
-    endpoints:
-      - {{address: 127.0.0.1:{ports[0]}, name: a, kv_events: 'tcp://127.0.0.1:{pub_port}', kv_events_replay: 'tcp://127.0.0.1:{router_port}'}}
-      - {{address: 127.0.0.1:{ports[1]}, name: b, kv_events: '{kv[1][0]}', kv_events_replay: '{kv[1][1]}'}}
-    kv_events: {{replay_timeout_ms: {4000 * SLOW}}}
-models:
-  - {{name: {fleet.MODEL}, pool: chat}}
-""")
-            gw = fleet.Proc([SLUICE, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"], "serve")
+            gw, listen, admin = fleet.start_gateway(
+                SLUICE, ports, tmp.name,
+                endpoint_yaml=[f"kv_events: 'tcp://127.0.0.1:{pub_port}', kv_events_replay: 'tcp://127.0.0.1:{router_port}'",
+                               f"kv_events: '{kv[1][0]}', kv_events_replay: '{kv[1][1]}'"],
+                pool_yaml=f"    kv_events: {{replay_timeout_ms: {4000 * SLOW}}}\n")
             procs.append(gw)
-            self.assertTrue(fleet.wait_for(lambda: self._up(admin) or gw.p.poll() is not None, 30) and gw.p.poll() is None,
-                            "".join(gw.err[-10:]))
             m = lambda name, ep: fleet.metric(fleet.admin_metrics(admin), name, pool="chat", endpoint=ep)
-            self.assertTrue(fleet.wait_for(lambda: requests == [0] and m("sluice_kv_events_connected", "b") == 1, 5 * SLOW))
+            self.assertTrue(fleet.wait_for(lambda: requests == [0] and m("sluice_kv_events_connected", "replica-1") == 1, 5 * SLOW))
             t0 = time.time()
             self.assertEqual(completion(ports[1], "[b] " + PROMPT)[0], 200)
-            self.assertTrue(fleet.wait_for(lambda: (m("sluice_kv_index_blocks", "b") or 0) > 0, 1.5 * SLOW),
+            self.assertTrue(fleet.wait_for(lambda: (m("sluice_kv_index_blocks", "replica-1") or 0) > 0, 1.5 * SLOW),
                             fleet.admin_metrics(admin))
             self.assertLess(time.time() - t0, 1.5 * SLOW)
-            self.assertEqual(m("sluice_kv_events_replay_failures_total", "a"), 0)  # A's replay is still hanging
-            self.assertEqual(m("sluice_kv_events_fresh", "a"), 0)
+            self.assertEqual(m("sluice_kv_events_replay_failures_total", "replica-0"), 0)  # A's replay is still hanging
+            self.assertEqual(m("sluice_kv_events_fresh", "replica-0"), 0)
             # A's deadline: a failed warm start is a resync, and A is trusted from then on.
-            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_replay_failures_total", "a") == 1
-                                           and m("sluice_kv_events_fresh", "a") == 1, 8 * SLOW),
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_replay_failures_total", "replica-0") == 1
+                                           and m("sluice_kv_events_fresh", "replica-0") == 1, 8 * SLOW),
                             fleet.admin_metrics(admin))
-            self.assertEqual(m("sluice_kv_events_resyncs_total", "a"), 1)
+            self.assertEqual(m("sluice_kv_events_resyncs_total", "replica-0"), 1)
             # Live seq 0, then 5: a gap; the replay brings 1..4, then the held 5 is applied.
             pub.send_multipart([b"t", seq(0), batch(0, None)])
-            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_last_seq", "a") == 0, 3 * SLOW))
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_last_seq", "replica-0") == 0, 3 * SLOW))
             pub.send_multipart([b"t", seq(5), batch(5, 4)])
-            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_last_seq", "a") == 5, 3 * SLOW),
+            self.assertTrue(fleet.wait_for(lambda: m("sluice_kv_events_last_seq", "replica-0") == 5, 3 * SLOW),
                             fleet.admin_metrics(admin))
             self.assertEqual(requests, [0, 1])
-            self.assertEqual(m("sluice_kv_events_gaps_total", "a"), 1)
-            self.assertEqual(m("sluice_kv_events_replay_failures_total", "a"), 1)  # only the warm start
-            self.assertEqual(m("sluice_kv_events_resyncs_total", "a"), 1)
-            self.assertEqual(m("sluice_kv_index_blocks", "a"), 6)  # hashes 0..5, chained, none orphaned
-            self.assertEqual(m("sluice_kv_events_orphan_blocks_total", "a"), 0)
+            self.assertEqual(m("sluice_kv_events_gaps_total", "replica-0"), 1)
+            self.assertEqual(m("sluice_kv_events_replay_failures_total", "replica-0"), 1)  # only the warm start
+            self.assertEqual(m("sluice_kv_events_resyncs_total", "replica-0"), 1)
+            self.assertEqual(m("sluice_kv_index_blocks", "replica-0"), 6)  # hashes 0..5, chained, none orphaned
+            self.assertEqual(m("sluice_kv_events_orphan_blocks_total", "replica-0"), 0)
             self.assertIsNone(gw.p.poll())
         finally:
             stop.set()

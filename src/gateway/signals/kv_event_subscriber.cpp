@@ -24,6 +24,16 @@ double unix_now() {
 // A publisher may send anything: bound what one message can make us hold.
 constexpr int64_t kMaxMessageBytes = 64ll << 20;
 
+// The DEALER that asks `address`'s replay ROUTER; its receive queue holds a long replay whole.
+void open_dealer(zmq::context_t& ctx, std::optional<zmq::socket_t>& dealer, const std::string& address) {
+  dealer.emplace(ctx, zmq::socket_type::dealer);
+  dealer->set(zmq::sockopt::linger, 0);
+  dealer->set(zmq::sockopt::ipv6, true);
+  dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+  dealer->set(zmq::sockopt::rcvhwm, 100000);
+  dealer->connect(address);
+}
+
 }  // namespace
 
 struct KvEventSubscriber::Impl {
@@ -84,14 +94,7 @@ KvEventSubscriber::KvEventSubscriber(const PoolConfig& pool, std::shared_ptr<KvE
       ep.monitor->set(zmq::sockopt::linger, 0);
       ep.monitor->connect(mon);
       ep.sub->connect(ep.address);
-      if (!ep.replay_address.empty()) {
-        ep.dealer.emplace(impl_->ctx, zmq::socket_type::dealer);
-        ep.dealer->set(zmq::sockopt::linger, 0);
-        ep.dealer->set(zmq::sockopt::ipv6, true);
-        ep.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
-        ep.dealer->set(zmq::sockopt::rcvhwm, 100000);
-        ep.dealer->connect(ep.replay_address);
-      }
+      if (!ep.replay_address.empty()) open_dealer(impl_->ctx, ep.dealer, ep.replay_address);
     } catch (const zmq::error_t& e) {
       spdlog::error("pool {} endpoint {}: kv events: cannot subscribe to {}: {}", pool.name, ec.name, ep.address,
                     e.what());
@@ -129,14 +132,7 @@ void KvEventSubscriber::run() {
     }
     ep.seq.applied(seq);
   };
-  auto new_dealer = [&](Impl::Ep& ep) {
-    ep.dealer.emplace(impl_->ctx, zmq::socket_type::dealer);
-    ep.dealer->set(zmq::sockopt::linger, 0);
-    ep.dealer->set(zmq::sockopt::ipv6, true);
-    ep.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
-    ep.dealer->set(zmq::sockopt::rcvhwm, 100000);
-    ep.dealer->connect(ep.replay_address);
-  };
+  auto new_dealer = [&](Impl::Ep& ep) { open_dealer(impl_->ctx, ep.dealer, ep.replay_address); };
   // A replay ended (the end marker came: ok; or it timed out, left a gap, or was abandoned). A warm
   // start that failed is a resync; a gap's held live batch is then applied, replayed past or resynced.
   auto finish_replay = [&](Impl::Ep& ep, bool ok) {

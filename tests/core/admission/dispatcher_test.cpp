@@ -9,21 +9,14 @@
 
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
+#include "../picker/picker_test_util.h"
 
 namespace sluice {
 namespace {
 
 PoolConfig pool_of(size_t endpoints, int cap, std::string name = "chat") {
-  PoolConfig p;
-  p.name = std::move(name);
-  p.policy = "least_request";
+  PoolConfig p = testing::pool_config(endpoints, "least_request", name);
   p.max_in_flight_per_endpoint = cap;
-  for (size_t i = 0; i < endpoints; ++i) {
-    EndpointConfig e;
-    e.name = "ep" + std::to_string(i);
-    e.address = {"127.0.0.1", static_cast<uint16_t>(9000 + i)};
-    p.endpoints.push_back(e);
-  }
   return p;
 }
 

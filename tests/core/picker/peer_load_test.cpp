@@ -8,24 +8,14 @@
 #include "core/picker/peer_report.h"
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
+#include "picker_test_util.h"
 
 namespace sluice {
 namespace {
 
 using std::chrono::milliseconds;
 
-PoolConfig pool_of(size_t n, const std::string& policy) {
-  PoolConfig p;
-  p.name = "chat";
-  p.policy = policy;
-  for (size_t i = 0; i < n; ++i) {
-    EndpointConfig e;
-    e.name = "ep" + std::to_string(i);
-    e.address = {"127.0.0.1", static_cast<uint16_t>(9000 + i)};
-    p.endpoints.push_back(e);
-  }
-  return p;
-}
+PoolConfig pool_of(size_t n, const std::string& policy) { return testing::pool_config(n, policy); }
 
 uint64_t key_of(size_t i) { return peer_endpoint_key("127.0.0.1:" + std::to_string(9000 + i)); }
 

@@ -3,9 +3,24 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/picker/policy.h"
 
 namespace sluice::testing {
+
+// A pool config of n endpoints ep0..ep{n-1} at 127.0.0.1:9000+i, for a real PoolRouter.
+inline PoolConfig pool_config(size_t n, const std::string& policy, const std::string& name = "chat") {
+  PoolConfig p;
+  p.name = name;
+  p.policy = policy;
+  for (size_t i = 0; i < n; ++i) {
+    EndpointConfig e;
+    e.name = "ep" + std::to_string(i);
+    e.address = {"127.0.0.1", static_cast<uint16_t>(9000 + i)};
+    p.endpoints.push_back(e);
+  }
+  return p;
+}
 
 struct FakePool {
   std::vector<EngineSignals> signals;
