@@ -146,7 +146,6 @@ class RequestLife {
   PoolHealth* health_ = nullptr;
   PickRequest pick_;
   std::shared_ptr<const TokenIds> token_ids_;  // the engine's, from its render route (or its cache)
-  int64_t predicted_cached_ = 0;  // the chosen candidate's predicted cached prompt tokens
   DispatchGuard guard_;
   std::unique_ptr<AdmissionTicket> ticket_;
   bool enforcing_ = false;    // tenants configured: the gateway's key, budgets, usage settlement
@@ -369,7 +368,6 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
     if (!guard_ || guard_.endpoint() != cand.endpoint) {
       rec_.attempts = static_cast<int>(i) + 1;
       rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
-      predicted_cached_ = cand.predicted_cached_tokens;
       rec_.predicted_cached_tokens = cand.predicted_cached_tokens;
       guard_ = router_->dispatch(pick_, cand, gw_.now());
       ticket_->on_dispatched();
@@ -562,7 +560,7 @@ std::string RequestLife::response_head_from_upstream(bool chunked, size_t conten
   if (gen_->config->expose_routing_headers) {
     append_header(head, "x-sluice-endpoint", rec_.endpoint);
     append_header(head, "x-sluice-predicted-cached-tokens",
-                  std::string_view(num, std::to_chars(num, num + sizeof num, predicted_cached_).ptr));
+                  std::string_view(num, std::to_chars(num, num + sizeof num, std::max<int64_t>(0, rec_.predicted_cached_tokens)).ptr));
   }
   if (chunked) head += "Transfer-Encoding: chunked\r\n";
   else append_header(head, "Content-Length", std::string_view(num, std::to_chars(num, num + sizeof num, content_length).ptr));
