@@ -33,78 +33,96 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   return s;
 }
 
-double sluice_expected_excess(double mean, double sd, double limit) {
+namespace {
+
+// The cost terms and the ITL share one body, inlined into SluicePolicy::evaluate's loop (the public
+// functions below call it too). Every expression is the one the separate functions computed, in the
+// same order of operations, so the results are bit-identical; what is shared is only computed once:
+// the duty's stretch (per decision), the step time's part that depends on the batch size alone,
+// s(b) = c0 + max(W, beta b) + delta b (step(b, k) = s(b) + gamma k), and the prefill's stall
+// (the ITL's own_prefill numerator is the same expression).
+[[gnu::always_inline]] inline double expected_excess(double mean, double sd, double limit) {
   if (!(sd > 0)) return std::max(0.0, mean - limit);
   const double z = (mean - limit) / sd;
-  if (z < -8) return 0.0;  // below 1e-16 sd: skips exp and erfc (most endpoints at light load)
+  if (z < -8) [[likely]] return 0.0;  // below 1e-16 sd: skips exp and erfc (most endpoints at light load)
   const double pdf = 0.3989422804014327 * std::exp(-0.5 * z * z);
   const double cdf = 0.5 * std::erfc(-z * 0.7071067811865476);
   return std::max(0.0, (mean - limit) * cdf + sd * pdf);
 }
 
-double sluice_excess_probability(double mean, double sd, double limit) {
-  if (!(sd > 0)) return mean > limit ? 1.0 : 0.0;
-  if (mean + 8 * sd < limit) return 0.0;
-  return 0.5 * std::erfc(-(mean - limit) / sd * 0.7071067811865476);
-}
+// The duty's factors, the same for every endpoint of a decision.
+struct Duty {
+  double keep;     // 1 - clamp(rho, 0, 0.9)
+  double stretch;  // 1 / keep
+  explicit Duty(double prefill_duty) : keep(1.0 - std::clamp(prefill_duty, 0.0, 0.9)), stretch(1.0 / keep) {}
+};
 
-SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double prefill_duty) {
-  auto step = [&](double n, double kv) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * n) + p.delta_ms * n + p.gamma_ms * kv; };
-  const double stretch = 1.0 / (1.0 - std::clamp(prefill_duty, 0.0, 0.9));
-  SluiceItl r;
-  r.mean_ms = step(b, k) * stretch;
-  if (b > 0) {
-    // One sequence more or less, at the batch's mean context; the count varies like a Poisson count.
-    const double one = step(b + 1, k + k / b) - step(b, k);
-    r.sd_ms = std::sqrt(b) * one * stretch;
-  }
-  return r;
-}
-
-SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
+// sluice_cost, and (when itl is not null) sluice_itl_ms, for inputs whose prefill_duty is `duty`'s.
+template <bool kItl>
+[[gnu::always_inline]] inline SluiceCost cost_and_itl(const SluiceParams& p, const SluiceInputs& in, const Duty& duty,
+                                                      double* itl) {
   SluiceCost c;
   const double U = std::max(0.0, in.input - in.cached);
   const double D = in.decoding, B = in.decoding + in.queued, K = in.kv_read, O = in.output;
   const double attention = p.eps_ms * U * (in.cached + U / 2);
+  const double gK = p.gamma_ms * K;
   // Time to first token: the steps until the queue ahead and our own uncached prefill are done.
   const double tokens = in.queue_tokens + U;
   const double n = std::max(1.0, std::ceil(tokens / p.chunk_tokens));
-  c.ttft_ms = std::max(n * p.w_ms, p.beta_ms * (tokens + n * D)) + n * (p.c0_ms + p.delta_ms * D + p.gamma_ms * K) +
+  c.ttft_ms = std::max(n * p.w_ms, p.beta_ms * (tokens + n * D)) + n * (p.c0_ms + p.delta_ms * D + gK) +
               p.eps_ms * in.queue_pairs + attention;
+  // step(b, k) = s(b) + gamma k
+  auto s = [&](double b) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b; };
+  const double B1 = B + 1;
+  const double s1 = s(B1);
+  // The time our prefill adds to the steps it shares (free under the weight-read floor).
+  const double stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
+  if constexpr (kItl) {
+    // sluice_itl_ms: the step it joins, stretched, plus its own prefill spread over its O tokens.
+    const double step = s1 + p.gamma_ms * (in.kv_read + in.input + in.output / 2);
+    *itl = step / duty.keep + stall / std::max(1.0, in.output);
+  }
   // Decode: our own tokens at the batch we join, and the slowdown of the batch while we are in it.
-  auto step = [&](double b, double k) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b + p.gamma_ms * k; };
-  const SluiceItl batch = p.decode_price >= 2 ? sluice_batch_itl(p, B, K, in.prefill_duty) : SluiceItl{};
+  // sluice_batch_itl(p, B, K): the batch's ITL without us.
+  double mean0 = 0, sd0 = 0;
+  const double step0 = s(B) + gK;
+  if (p.decode_price >= 2) {
+    mean0 = step0 * duty.stretch;
+    if (B > 0) sd0 = std::sqrt(B) * ((s1 + p.gamma_ms * (K + K / B)) - step0) * duty.stretch;
+  }
+  double lag0 = -1;  // the batch's expected lag without us (decode_price 2), computed once
   if (O > 0) {
     const double ctx = in.input + O / 2;
-    const double with = step(B + 1, K + ctx);
+    const double k1 = K + ctx;
+    const double with = s1 + p.gamma_ms * k1;  // step(B + 1, K + ctx)
     if (p.decode_price >= 2) {
-      // The expected lag behind the ITL SLO's pace, the ITL being uncertain (sluice_batch_itl).
-      const SluiceItl w = sluice_batch_itl(p, B + 1, K + ctx, in.prefill_duty);
-      const double lag1 = sluice_expected_excess(w.mean_ms, w.sd_ms, p.itl_slo_ms);
-      const double lag0 = sluice_expected_excess(batch.mean_ms, batch.sd_ms, p.itl_slo_ms);
+      // The expected lag behind the ITL SLO's pace, the ITL being uncertain (sluice_batch_itl(p, B + 1, K + ctx)).
+      const double mean1 = with * duty.stretch;
+      double sd1 = 0;
+      if (B1 > 0) sd1 = std::sqrt(B1) * ((s(B1 + 1) + p.gamma_ms * (k1 + k1 / B1)) - with) * duty.stretch;
+      const double lag1 = expected_excess(mean1, sd1, p.itl_slo_ms);
+      lag0 = expected_excess(mean0, sd0, p.itl_slo_ms);
       c.decode_ms = O * lag1;
       c.interference_ms = std::min(in.remaining, B * O) * std::max(0.0, lag1 - lag0);
     } else if (p.decode_price == 1) {
       // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
-      const double stretch = 1.0 / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9));
-      const double lag1 = std::max(0.0, with * stretch - p.itl_slo_ms);
-      const double lag0 = std::max(0.0, step(B, K) * stretch - p.itl_slo_ms);
+      const double lag1 = std::max(0.0, with * duty.stretch - p.itl_slo_ms);
+      const double lag_before = std::max(0.0, step0 * duty.stretch - p.itl_slo_ms);
       c.decode_ms = O * lag1;
-      c.interference_ms = std::min(in.remaining, B * O) * (lag1 - lag0);
+      c.interference_ms = std::min(in.remaining, B * O) * (lag1 - lag_before);
     } else {
       c.decode_ms = O * with;
-      c.interference_ms = std::min(in.remaining, B * O) * (with - step(B, K));
+      c.interference_ms = std::min(in.remaining, B * O) * (with - step0);
     }
   }
   // Our prefill's share of the steps the others run in.
   if (U > 0 && B > 0) {
-    const double stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
     if (p.decode_price == 2) {
       // The queue's TTFT in ms; the decoders' tokens only by the lag it adds: a stall spread over
       // their tokens (about 2 R / B each) raises their mean ITL by stall / that.
       const double each = std::max(1.0, 2 * in.remaining / std::max(1.0, B));
-      const double shift = sluice_expected_excess(batch.mean_ms + stall / each, batch.sd_ms, p.itl_slo_ms) -
-                           sluice_expected_excess(batch.mean_ms, batch.sd_ms, p.itl_slo_ms);
+      if (lag0 < 0) lag0 = expected_excess(mean0, sd0, p.itl_slo_ms);
+      const double shift = expected_excess(mean0 + stall / each, sd0, p.itl_slo_ms) - lag0;
       // The queue, and the requests arriving during the stall (lambda x stall of them, waiting
       // stall / 2 on average), wait for it in TTFT.
       c.prefill_imposed_ms = (in.queued + in.arrivals_per_ms * stall / 2) * stall + D * each * std::max(0.0, shift);
@@ -129,6 +147,33 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
   // often as the pool's input tokens are found cached (h), and then costs its prefill again.
   if (p.eviction_price > 0) c.eviction_ms = p.eviction_price * p.beta_ms * std::max(0.0, U + O - in.cache_free_tokens) * in.reuse;
   return c;
+}
+
+}  // namespace
+
+double sluice_expected_excess(double mean, double sd, double limit) { return expected_excess(mean, sd, limit); }
+
+double sluice_excess_probability(double mean, double sd, double limit) {
+  if (!(sd > 0)) return mean > limit ? 1.0 : 0.0;
+  if (mean + 8 * sd < limit) return 0.0;
+  return 0.5 * std::erfc(-(mean - limit) / sd * 0.7071067811865476);
+}
+
+SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double prefill_duty) {
+  auto step = [&](double n, double kv) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * n) + p.delta_ms * n + p.gamma_ms * kv; };
+  const double stretch = 1.0 / (1.0 - std::clamp(prefill_duty, 0.0, 0.9));
+  SluiceItl r;
+  r.mean_ms = step(b, k) * stretch;
+  if (b > 0) {
+    // One sequence more or less, at the batch's mean context; the count varies like a Poisson count.
+    const double one = step(b + 1, k + k / b) - step(b, k);
+    r.sd_ms = std::sqrt(b) * one * stretch;
+  }
+  return r;
+}
+
+SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
+  return cost_and_itl<false>(p, in, Duty(in.prefill_duty), nullptr);
 }
 
 double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in) {
@@ -185,9 +230,12 @@ double SluicePolicy::prefill_duty(std::span<const EndpointView> endpoints, Time 
 // Requests dispatched per ms to endpoint i: its own smoothed rate shrunk toward the pool's mean by
 // its sample size (n = the requests its 2 s average holds; the pool's mean counts as one request),
 // so an endpoint with few requests in its window is not taken at its noise.
-double SluicePolicy::arrivals_of(size_t i, size_t endpoints) const {
+double SluicePolicy::pool_arrivals(size_t endpoints) const {
+  return rate_.input_per_ms / std::max(1.0, mean_prompt_) / static_cast<double>(std::max<size_t>(1, endpoints));
+}
+
+double SluicePolicy::arrivals_of(size_t i, double pool) const {
   const double prompt = std::max(1.0, mean_prompt_);
-  const double pool = rate_.input_per_ms / prompt / static_cast<double>(std::max<size_t>(1, endpoints));
   if (i >= endpoint_input_.size()) return pool;
   const double own = endpoint_input_[i].per_ms / prompt;
   const double n = own * 2000.0;
@@ -207,11 +255,18 @@ double SluicePolicy::output_of(const PickRequest& req) const {
   return std::min(o, params_.max_output_tokens);
 }
 
+// An endpoint where the request would miss its SLO scores below every endpoint where it would not.
+constexpr double kMissesSlo = 1e12;
+
+// kFull: every field of evals_ (explain()); otherwise only what rank() reads (cached, saturated,
+// score), the inputs and cost terms staying local.
+template <bool kFull>
 void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now) {
   const SluiceParams& p = params_;
   const bool embed = embedding(req);
+  const bool oracle = static_cast<bool>(oracle_);
   std::span<const uint32_t> matched;
-  if (!embed && !oracle_) {
+  if (!embed && !oracle) {
     prefix_.sync(endpoints);
     matched = prefix_.match(req);
   }
@@ -220,16 +275,25 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   const double mean_context = mean_prompt_ + mean_output_ / 2;
   evals_.resize(endpoints.size());
   const double duty = embed ? 0.0 : prefill_duty(endpoints, now);
+  const Duty factors(duty);
+  const double pool_arrivals_per_ms = pool_arrivals(endpoints.size());
+  const bool adapter = !req.adapter.empty();
+  const PrefixIndex& ix = prefix_.index();
+  // The prefix cache's free room is known for the index's endpoints (not for embeddings or the oracle).
+  const size_t indexed = !embed && !oracle ? ix.endpoints() : 0;
+  const double block_tokens = prefix_.block_tokens();
+  const double reuse = rate_.hit;
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
     const LoadEstimate est = estimate_load(v);
+    // Every field of e that is read is written below (no zero-initialisation first).
     Eval& e = evals_[i];
-    e = Eval{};
-    e.fresh = est.fresh;
+    if constexpr (kFull) e.fresh = est.fresh;
     e.saturated = est.waiting >= p.queue_limit;
+    e.cached = 0;
     if (!embed) {
-      if (oracle_) e.cached = std::clamp<int64_t>(oracle_(v.index, req), 0, req.input_tokens);
+      if (oracle) e.cached = std::clamp<int64_t>(oracle_(v.index, req), 0, req.input_tokens);
       else if (v.index < matched.size()) e.cached = prefix_.cached_tokens(matched[v.index], req.input_tokens);
     }
     const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
@@ -237,7 +301,8 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     const double own_decoding = nonneg(l.in_flight - l.prefill_requests);
     const double ext_waiting = est.fresh ? std::max(0.0, v.signals->waiting - own_queued) : 0.0;
     const double ext_running = est.fresh ? std::max(0.0, v.signals->running - own_decoding) : 0.0;
-    SluiceInputs& in = e.in;
+    SluiceInputs local;
+    SluiceInputs& in = kFull ? e.in : local;
     in.input = input;
     in.output = output;
     in.cached = static_cast<double>(e.cached);
@@ -249,36 +314,50 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     in.queue_pairs = std::max(0.0, l.prefill_pairs) + ext_waiting * mean_prompt_ * mean_prompt_ / 2;
     in.kv_usage = est.kv_usage;
     in.capacity_tokens = est.capacity_tokens;
-    if (!req.adapter.empty()) {
+    in.adapter_ms = 0;
+    if (adapter) {
       const double a = adapter_locality_score(v, req.adapter);
       in.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
     }
     in.prefill_duty = duty;
-    in.reuse = rate_.hit;
-    in.arrivals_per_ms = arrivals_of(i, endpoints.size());
-    if (!embed && !oracle_ && v.index < prefix_.index().endpoints()) {
-      const PrefixIndex& ix = prefix_.index();
+    in.reuse = reuse;
+    in.arrivals_per_ms = arrivals_of(i, pool_arrivals_per_ms);
+    in.cache_free_tokens = SluiceInputs{}.cache_free_tokens;
+    if (v.index < indexed)
       in.cache_free_tokens = static_cast<double>(std::max<int64_t>(0, ix.capacity(v.index) - static_cast<int64_t>(ix.entries(v.index)))) *
-                             prefix_.block_tokens();
+                             block_tokens;
+    // sluice_cost and sluice_itl_ms (embeddings: no ITL) in one pass.
+    double itl = 0.0;
+    const SluiceCost cost = embed ? cost_and_itl<false>(p, in, factors, nullptr) : cost_and_itl<true>(p, in, factors, &itl);
+    const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= p.itl_slo_ms);
+    e.score = -cost.total() - (meets_slo ? 0.0 : kMissesSlo);
+    if constexpr (kFull) {
+      e.cost = cost;
+      e.itl_ms = itl;
+      e.meets_slo = meets_slo;
     }
-    e.cost = sluice_cost(p, in);
-    e.itl_ms = embed ? 0.0 : sluice_itl_ms(p, in);
-    e.meets_slo = e.cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || e.itl_ms <= p.itl_slo_ms);
   }
 }
 
-// An endpoint where the request would miss its SLO scores below every endpoint where it would not.
-constexpr double kMissesSlo = 1e12;
-
 void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                         std::vector<Candidate>& out) {
-  evaluate(req, endpoints, now);
-  out.clear();
+  evaluate<false>(req, endpoints, now);
+  // sort_candidates' order (saturated last), its keys built straight from the evaluations.
+  thread_local std::vector<RankKey> keys;
+  keys.resize(endpoints.size());
+  const RankRotation rotation(cursor_, pool_size_of(endpoints));
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const Eval& e = evals_[i];
-    out.push_back({endpoints[i].index, -e.cost.total() - (e.meets_slo ? 0.0 : kMissesSlo), e.cached, e.saturated});
+    keys[i] = {e.score, rank_tie(e.saturated, endpoints[i], rotation),
+               static_cast<uint32_t>(i)};
   }
-  sort_candidates(out, endpoints, cursor_, pool_size_of(endpoints));  // saturated last
+  sort_rank_keys(keys);
+  out.resize(keys.size());
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const RankKey& k = keys[j];
+    const Eval& e = evals_[k.pos];
+    out[j] = {endpoints[k.pos].index, k.score, e.cached, e.saturated};
+  }
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time) {
@@ -291,7 +370,7 @@ void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time) {
 
 void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                            std::vector<Explanation>& out) {
-  evaluate(req, endpoints, now);
+  evaluate<true>(req, endpoints, now);
   out.clear();
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const Eval& e = evals_[i];

@@ -212,11 +212,13 @@ class SluicePolicy : public Policy {
   const PrefixTracker* prefix_tracker() const override { return &prefix_; }
 
  private:
+  // One endpoint's evaluation. rank() reads cached, saturated and score; explain() all of it.
   struct Eval {
     SluiceInputs in;
     SluiceCost cost;
     int64_t cached = 0;
     double itl_ms = 0;
+    double score = 0;  // -cost.total(), less kMissesSlo when it misses the SLO (the candidate's score)
     bool fresh = false, saturated = false, meets_slo = true;
   };
   // Uncached tokens dispatched to one endpoint per ms, smoothed (the prefill duty's input).
@@ -227,6 +229,8 @@ class SluicePolicy : public Policy {
     double hit = 0;  // the share of input tokens predicted cached, smoothed the same way
     double input_per_ms = 0;  // input tokens dispatched per ms
   };
+  // kFull: every field of each Eval (explain()); otherwise only what rank() reads.
+  template <bool kFull>
   void evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now);
   double prefill_duty(std::span<const EndpointView> endpoints, Time now);
   bool embedding(const PickRequest& req) const { return kind_ == PoolKind::embedding || req.kind == ApiKind::embedding; }
@@ -246,7 +250,8 @@ class SluicePolicy : public Policy {
     double per_ms = 0;
   };
   std::vector<EndpointInput> endpoint_input_;
-  double arrivals_of(size_t i, size_t endpoints) const;
+  double pool_arrivals(size_t endpoints) const;           // the pool's mean, per endpoint
+  double arrivals_of(size_t i, double pool) const;
 };
 
 }  // namespace sluice

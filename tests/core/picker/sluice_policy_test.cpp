@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/picker/oracle_policy.h"
+#include "core/picker/ranking.h"
 #include "picker_test_util.h"
 
 namespace sluice {
@@ -239,6 +240,16 @@ TEST(PrefixTracker, BlockSizeFromTheFirstScrapedEndpointAndMixedPoolsKeepTheInde
   auto m = t.match(req);
   EXPECT_EQ(m[1], 4u);  // 512 chars / 128-char blocks
   EXPECT_EQ(t.cached_tokens(m[1], req.input_tokens), 128);
+}
+
+// The rotation of the tie key without a division per endpoint (RankRotation) is the modulo it replaced.
+TEST(SluicePolicy, RankRotationIsTheModuloItReplaced) {
+  for (size_t pool : {0, 1, 2, 7, 64})
+    for (size_t cursor : {0, 1, 5, 63, 64, 65, 1000})
+      for (size_t index = 0; index < 130; ++index) {
+        const size_t n = std::max<size_t>(pool, 1);
+        EXPECT_EQ(RankRotation(cursor, pool).of(index), (index + n - cursor % n) % n) << pool << " " << cursor << " " << index;
+      }
 }
 
 }  // namespace

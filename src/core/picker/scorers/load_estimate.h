@@ -14,6 +14,7 @@
 // idle (own in-flight work still counts). The KV capacity and block size are configuration, kept from
 // the last successful scrape; unknown capacity defaults to 31,250 blocks of 16 tokens.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "core/picker/endpoint_state.h"
@@ -30,6 +31,24 @@ struct LoadEstimate {
   double capacity_tokens = kDefaultKvCapacityTokens;
 };
 
-LoadEstimate estimate_load(const EndpointView& endpoint);
+// Inline: it is called once per endpoint of every decision (the sluice policy's hot loop).
+[[gnu::always_inline]] inline LoadEstimate estimate_load(const EndpointView& ep) {
+  LoadEstimate e;
+  const EngineSignals* s = ep.signals;
+  const EndpointLoad& l = *ep.load;
+  if (s && s->present && s->kv_capacity_blocks > 0)
+    e.capacity_tokens = static_cast<double>(s->kv_capacity_blocks) * std::max(1, s->block_size);
+  e.fresh = !ep.stale && s && s->present;
+  if (e.fresh) {
+    e.waiting = std::max(0.0, s->waiting) + static_cast<double>(std::max<int64_t>(0, l.assigned_since_scrape));
+    e.running = std::max(0.0, s->running);
+    e.kv_usage = std::clamp(s->kv_usage, 0.0, 1.0);
+  } else {
+    e.waiting = static_cast<double>(std::max<int64_t>(0, l.prefill_requests));
+    e.running = static_cast<double>(std::max<int64_t>(0, l.in_flight - l.prefill_requests));
+    e.kv_usage = std::clamp(static_cast<double>(l.context_tokens) / e.capacity_tokens, 0.0, 1.0);
+  }
+  return e;
+}
 
 }  // namespace sluice
