@@ -41,6 +41,50 @@ void KvEventIndex::clear_locked(size_t e) {
   recent_[0].purge(e);
   recent_[1].purge(e);
   eps_[e].own_of_engine.clear();
+  eps_[e].parent_of.clear();
+}
+
+// The chain ending at `own`, back to its root (bounded: a cycle of colliding hashes cannot loop),
+// becomes the endpoint's most recent, head first (the engine's LRU order after the request).
+// A parent stored in the last 32 batches (engine steps) is most likely the running request's own
+// last block (a decode step storing its next one), and a chain that young is near the LRU's head
+// anyway: the walk, O(context), is skipped; walking again on every decode block would cost
+// O(context) per 16 tokens (agent sessions with 20k-token contexts: 15x the fleet simulator's time).
+void KvEventIndex::touch_chain_locked(size_t e, uint64_t own) {
+  Endpoint& ep = eps_[e];
+  const uint64_t batch = ep.counters.batches;
+  if (auto it = ep.parent_of.find(own); it == ep.parent_of.end() || it->second.stored + 32 >= batch) return;
+  chain_.clear();
+  for (size_t depth = 0; own != 0 && depth < opts_.max_blocks; ++depth) {
+    auto it = ep.parent_of.find(own);
+    // The rest was touched with it (or within the 32 steps before): near the LRU's head already.
+    if (it == ep.parent_of.end() || it->second.touched + 32 >= batch) break;
+    it->second.touched = batch;
+    chain_.push_back(own);
+    own = it->second.parent;
+  }
+  std::reverse(chain_.begin(), chain_.end());
+  blocks_.learn(e, chain_);
+}
+
+void KvEventIndex::drop_scheduled_locked(Endpoint& ep, Time before) {
+  while (!ep.unscheduled.empty() && ep.unscheduled.front().first < before) {
+    ep.unscheduled_blocks -= ep.unscheduled.front().second;
+    ep.unscheduled.pop_front();
+  }
+}
+
+uint32_t KvEventIndex::forecast_locked(size_t e, uint32_t n, Time now) {
+  Endpoint& ep = eps_[e];
+  drop_scheduled_locked(ep, now - std::chrono::seconds(1));  // an idle engine publishes nothing
+  if (!opts_.eviction_forecast || ep.unscheduled_blocks == 0 || now - ep.last_eviction > std::chrono::seconds(1)) return n;
+  // The blocks the requests ahead of this one allocate evict the engine's least recent ones.
+  tail_.clear();
+  blocks_.least_recent(e, static_cast<size_t>(ep.unscheduled_blocks), tail_);
+  std::sort(tail_.begin(), tail_.end());
+  for (uint32_t i = 0; i < n && i < hashes_.size(); ++i)
+    if (std::binary_search(tail_.begin(), tail_.end(), hashes_[i])) return i;
+  return n;
 }
 
 void KvEventIndex::set_connected(size_t e, bool connected, Time now) {
@@ -77,6 +121,9 @@ void KvEventIndex::apply(size_t e, const kv::EventBatch& batch, int64_t seq, dou
   ep.last_lag_s = lag_s;
   ep.last_seq = seq;
   ep.waiting_for_events = false;
+  // A step ended: what was sent before the previous batch has been scheduled.
+  drop_scheduled_locked(ep, ep.last_batch);
+  ep.last_batch = now;
   std::vector<uint64_t> own;
   for (const kv::Event& ev : batch.events) {
     ep.counters.events += 1;
@@ -98,6 +145,8 @@ void KvEventIndex::apply(size_t e, const kv::EventBatch& batch, int64_t seq, dou
           continue;
         }
         parent = it->second;
+        // The request that stored these blocks was scheduled on the chain's cached blocks: a hit.
+        touch_chain_locked(e, parent);
       } else {
         parent = token_chain_seed(st->lora_name, st->cache_salt);
       }
@@ -105,9 +154,11 @@ void KvEventIndex::apply(size_t e, const kv::EventBatch& batch, int64_t seq, dou
       const size_t n = std::min(st->block_hashes.size(), st->token_ids.size() / bs);
       own.clear();
       for (size_t i = 0; i < n; ++i) {
+        const uint64_t prev = st->parent_block_hash || i > 0 ? parent : 0;
         parent = token_block_hash(parent, std::span<const uint32_t>(st->token_ids).subspan(i * bs, bs));
         own.push_back(parent);
         ep.own_of_engine[st->block_hashes[i]] = parent;
+        ep.parent_of[parent] = Endpoint::Link{prev, ep.counters.batches, ep.counters.batches};
       }
       ep.counters.orphans += st->block_hashes.size() - n;  // no tokens for them: cannot be keyed
       ep.counters.stored_blocks += n;
@@ -121,6 +172,8 @@ void KvEventIndex::apply(size_t e, const kv::EventBatch& batch, int64_t seq, dou
       for (uint64_t h : rm->block_hashes) {
         auto it = ep.own_of_engine.find(h);
         if (it == ep.own_of_engine.end()) continue;
+        ep.parent_of.erase(it->second);
+        ep.last_eviction = now;
         blocks_.forget(e, it->second);
         // A recent dispatch of this block is stale now: the engine says it is gone.
         recent_[0].forget(e, it->second);
@@ -190,6 +243,8 @@ size_t KvEventIndex::match(std::string_view text, std::string_view lora_name, st
     const uint32_t recent = std::max(rc_[e], rc2_[e]);
     matched[e] = std::max(ev_[e], recent);
     source[e] = recent > ev_[e] ? Source::recent : Source::events;
+    // The forecast cuts both: a recent dispatch's blocks are in the engine's LRU like the events'.
+    matched[e] = forecast_locked(e, matched[e], now);
   }
   return hashes_.size();
 }
@@ -206,6 +261,17 @@ void KvEventIndex::note_dispatch(size_t e, std::string_view text, std::string_vi
   }
   request_hashes(text, token_ids, lora_name, cache_salt);
   recent_[0].learn(e, hashes_);
+  // The engine will touch the blocks it holds of this chain when it schedules the request.
+  chain_.clear();
+  for (uint64_t h : hashes_) {
+    if (!ep.parent_of.contains(h)) break;
+    chain_.push_back(h);
+  }
+  blocks_.learn(e, chain_);
+  // The blocks it will allocate: its uncached full blocks, and one for its partial last block.
+  ep.unscheduled.emplace_back(now, static_cast<uint32_t>(hashes_.size() - chain_.size() + 1));
+  ep.unscheduled_blocks += ep.unscheduled.back().second;
+  if (ep.unscheduled.size() > 4096) drop_scheduled_locked(ep, ep.unscheduled[ep.unscheduled.size() - 4096].first);
 }
 
 int KvEventIndex::block_size() const {
@@ -233,7 +299,8 @@ size_t KvEventIndex::memory_bytes() const {
   size_t b = blocks_.memory_bytes() + recent_[0].memory_bytes() + recent_[1].memory_bytes();
   // unordered_map: a node (next pointer, key, value, cached hash) and a bucket pointer per entry.
   for (const auto& ep : eps_)
-    b += ep.own_of_engine.size() * (4 * sizeof(void*)) + ep.own_of_engine.bucket_count() * sizeof(void*);
+    b += ep.own_of_engine.size() * (4 * sizeof(void*)) + ep.own_of_engine.bucket_count() * sizeof(void*) +
+         ep.parent_of.size() * (4 * sizeof(void*)) + ep.parent_of.bucket_count() * sizeof(void*);
   return b;
 }
 

@@ -237,6 +237,11 @@ void PrefixIndex::learn(size_t endpoint, std::span<const uint64_t> blocks) {
   }
 }
 
+void PrefixIndex::least_recent(size_t endpoint, size_t k, std::vector<uint64_t>& out) const {
+  if (endpoint >= lrus_.size()) return;
+  for (uint32_t n = lrus_[endpoint].tail; n != kNil && k > 0; n = nodes_[n].prev, --k) out.push_back(nodes_[n].hash);
+}
+
 std::vector<uint64_t> PrefixIndex::blocks_of(size_t endpoint) const {
   std::vector<uint64_t> out;
   if (endpoint >= lrus_.size()) return out;

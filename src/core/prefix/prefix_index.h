@@ -72,6 +72,8 @@ class PrefixIndex {
   bool forget(size_t endpoint, uint64_t hash);
   // The block hashes endpoint holds, most recent first (learn() takes them back in that order).
   std::vector<uint64_t> blocks_of(size_t endpoint) const;
+  // The `k` least recent block hashes of endpoint (the next evicted first), appended to `out`.
+  void least_recent(size_t endpoint, size_t k, std::vector<uint64_t>& out) const;
 
   size_t entries() const { return entries_; }
   size_t entries(size_t endpoint) const { return static_cast<size_t>(lrus_[endpoint].size); }

@@ -6,6 +6,8 @@
 
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
+#include "core/prefix/kv_event_index.h"
+#include "core/prefix/token_blocks.h"
 #include "picker_test_util.h"
 
 namespace sluice {
@@ -55,6 +57,56 @@ TEST(PoolRouterPicker, AccountingTracksPrefillRequestsAndContext) {
     DispatchGuard g = r.dispatch(req, c2[0], Time{});
     EXPECT_EQ(r.snapshot(Time{})[g.endpoint()].load.predicted_cached_tokens_total, 992);
   }
+}
+
+// With engine events under KV pressure, the candidate's predicted cached tokens (its price, the
+// counters, the access log, the prefill accounting) are the eviction forecast's: the blocks the
+// requests sent just before allocate take the endpoint's least recent ones.
+TEST(PoolRouterPicker, PredictedCachedTokensTakeTheEvictionForecast) {
+  using namespace std::chrono_literals;
+  auto cfg = pool_of(2, "sluice");
+  PoolRouter r(cfg, make_policy(cfg, 1));
+  auto ev = std::make_shared<KvEventIndex>(2);
+  ASSERT_TRUE(r.attach_kv_events(ev));
+  const Time t0{std::chrono::seconds(5)};
+  for (size_t e = 0; e < 2; ++e) {
+    ev->set_connected(e, true, t0);
+    ev->set_synced(e, true);
+  }
+  auto stored = [](const std::string& text, uint64_t base) {
+    std::vector<uint32_t> ids;
+    estimate_token_ids(text, ids);
+    kv::BlockStored st;
+    st.block_size = 16;
+    for (size_t b = 0; b < ids.size() / 16; ++b) {
+      st.block_hashes.push_back(base + b);
+      st.token_ids.insert(st.token_ids.end(), ids.begin() + b * 16, ids.begin() + (b + 1) * 16);
+    }
+    kv::EventBatch batch;
+    batch.events.push_back(std::move(st));
+    return batch;
+  };
+  std::string t, other;
+  for (size_t i = 0; i < 4000; ++i) t += static_cast<char>('a' + (i * 7) % 26), other += static_cast<char>('a' + (i * 11) % 23);
+  ev->apply(1, stored(t, 1000), 0, 0, t0);
+  ev->apply(1, stored(other, 5000), 1, 0, t0);
+  const auto req = req_of(t);
+  auto c = r.rank(req, t0 + 50ms);
+  ASSERT_EQ(c[0].endpoint, 1u);
+  EXPECT_EQ(c[0].predicted_cached_tokens, 992);  // 62 full blocks: no eviction seen
+  // The engine evicts (one of other's blocks), and a request this gateway just sent to endpoint 1
+  // will allocate 7 blocks (6 full, 1 partial) before the next one is scheduled there: the least
+  // recent 7, t's tail, go.
+  kv::EventBatch removed;
+  removed.events.push_back(kv::BlockRemoved{{5061}, "GPU"});
+  ev->apply(1, removed, 2, 0, t0 + 100ms);
+  const auto small = req_of(std::string(400, 'z'));
+  DispatchGuard g1 = r.dispatch(small, Candidate{1, 0.0, 0, false}, t0 + 110ms);
+  c = r.rank(req, t0 + 120ms);
+  ASSERT_EQ(c[0].endpoint, 1u);
+  EXPECT_EQ(c[0].predicted_cached_tokens, 55 * 16);
+  DispatchGuard g2 = r.dispatch(req, c[0], t0 + 120ms);
+  EXPECT_EQ(r.snapshot(t0 + 120ms)[1].load.prefill_tokens, 100 + 1000 - 55 * 16);
 }
 
 TEST(PoolRouterPicker, ExplainJsonNamesEveryCandidateAndTerms) {

@@ -141,6 +141,76 @@ TEST_F(Fixture, RecentDispatchesCountUntilTheEventsArriveAndExpire) {
   EXPECT_EQ(matched[2], 0u);
 }
 
+// The eviction forecast: while the engine evicts, the blocks this gateway's unscheduled dispatches
+// will allocate take the endpoint's least recent blocks; a touch (a chain extended by another
+// request's stored blocks, or a dispatch) makes a chain most recent again.
+TEST_F(Fixture, WhileTheEngineEvictsTheUnscheduledDispatchesTakeTheLeastRecentBlocks) {
+  const std::string a = text_of(7, 6), b = text_of(8, 4), c = text_of(9, 4), d = text_of(10, 2);
+  const Time t0 = now;
+  // Stored in this order: a's tail is the least recent block, then the rest of a, then b, then c.
+  idx.apply(0, batch({stored(a.substr(0, 4 * 64), 100), stored(b, 200), stored(c, 300)}), 0, 0, t0);
+  // Engine steps that stored nothing: the chains are older than 32 steps (a touch walks them).
+  for (int k = 0; k < 40; ++k) idx.apply(0, batch({}), 0, 0, t0);
+  now = t0 + 5ms;
+  idx.note_dispatch(0, d, "", "", now);  // 3 blocks to allocate (2 full + 1 partial), none cached
+  match(a);
+  EXPECT_EQ(matched[0], 4u);  // the engine has not evicted: it has free blocks
+  // c's tail evicted: the engine is evicting now. The dispatch's 3 blocks take a's tail three.
+  now = t0 + 10ms;
+  idx.apply(0, batch({kv::BlockRemoved{{303}, "GPU"}}), 1, 0, now);
+  now = t0 + 12ms;
+  match(a);
+  EXPECT_EQ(matched[0], 1u);
+  EXPECT_EQ(source[0], KvEventIndex::Source::events);
+  now = t0 + 20ms;
+  idx.note_dispatch(0, d, "", "", now);
+  match(a);
+  EXPECT_EQ(matched[0], 0u);  // 6 blocks at risk: all of a
+  // A step ended (the batch after the one the first dispatch followed): it was scheduled. In the
+  // same step another request was scheduled on a's chain (its new blocks stored with parent = a's
+  // block 3): the chain is the most recent now, and b the least recent.
+  now = t0 + 30ms;
+  idx.apply(0, batch({kv::BlockRemoved{{302}, "GPU"}, stored(a, 100, 103, 4)}), 2, 0, now);
+  match(a);
+  EXPECT_EQ(matched[0], 6u);
+  match(b);
+  EXPECT_EQ(matched[0], 1u);  // the second dispatch's 3 blocks: b's tail three
+  // One more step: the second dispatch is scheduled too, nothing is at risk.
+  now = t0 + 40ms;
+  idx.apply(0, batch({}), 3, 0, now);
+  match(b);
+  EXPECT_EQ(matched[0], 4u);
+  // This gateway's dispatch of b makes b the most recent (and will allocate 1 block): c, now the
+  // least recent, loses its last block.
+  now = t0 + 50ms;
+  idx.note_dispatch(0, b, "", "", now);
+  match(b);
+  EXPECT_EQ(matched[0], 4u);
+  match(c);
+  EXPECT_EQ(matched[0], 1u);  // c's blocks 0-1 are present (2-3 evicted); block 1 is the least recent
+  // No eviction for a second: the engine has room again, the events stand.
+  now = t0 + 1500ms;
+  idx.note_dispatch(0, d, "", "", now);
+  match(c);
+  EXPECT_EQ(matched[0], 2u);
+}
+
+TEST_F(Fixture, TheForecastCanBeSwitchedOff) {
+  KvEventIndex::Options o;
+  o.eviction_forecast = false;
+  KvEventIndex plain(1, o);
+  plain.set_connected(0, true, now);
+  plain.set_synced(0, true);
+  const std::string a = text_of(7, 4), c = text_of(9, 4);
+  plain.apply(0, batch({stored(a, 100), stored(c, 300)}), 0, 0, now);
+  plain.apply(0, batch({kv::BlockRemoved{{303}, "GPU"}}), 1, 0, now + 10ms);
+  plain.note_dispatch(0, text_of(10, 8), "", "", now + 20ms);
+  std::vector<uint32_t> m(1, 0);
+  std::vector<KvEventIndex::Source> src(1);
+  plain.match(a, "", "", now + 25ms, m, src);
+  EXPECT_EQ(m[0], 4u);
+}
+
 TEST_F(Fixture, ASilentPublisherGoesStaleAfterAnUnansweredDispatch) {
   const std::string a = text_of(6, 2);
   idx.note_dispatch(0, a, "", "", now);

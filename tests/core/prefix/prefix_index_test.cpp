@@ -92,6 +92,30 @@ TEST(PrefixIndex, LruBoundEvictsLeastRecentAndTailFirst) {
   EXPECT_EQ(idx.capacity(1), PrefixIndex::kDefaultCapacityBlocks);
 }
 
+TEST(PrefixIndex, LeastRecentListsTheNextEvictedFirst) {
+  PrefixIndex idx(2);
+  auto a = blocks_of(text_of('a', 64 * 3));
+  auto b = blocks_of(text_of('b', 64 * 2));
+  idx.learn(0, a);
+  idx.learn(0, b);
+  std::vector<uint64_t> out;
+  idx.least_recent(0, 4, out);  // a's tail first, head last; then b's tail
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0], a[2]);
+  EXPECT_EQ(out[1], a[1]);
+  EXPECT_EQ(out[2], a[0]);
+  EXPECT_EQ(out[3], b[1]);
+  idx.learn(0, a);  // a touched: b is the least recent now
+  out.clear();
+  idx.least_recent(0, 100, out);
+  ASSERT_EQ(out.size(), 5u);  // never more than the endpoint holds
+  EXPECT_EQ(out[0], b[1]);
+  EXPECT_EQ(out[4], a[0]);
+  out.clear();
+  idx.least_recent(1, 3, out);  // an endpoint that holds nothing
+  EXPECT_TRUE(out.empty());
+}
+
 TEST(PrefixIndex, RelearningRefreshesRecency) {
   PrefixIndex idx(1);
   idx.set_capacity(0, 4);
