@@ -291,6 +291,9 @@ KvEndpointStatus KvEventIndex::status(size_t e, Time now) const {
   s.last_seq = ep.last_seq;
   s.last_lag_s = ep.last_lag_s;
   s.blocks = blocks_.entries(e);
+  s.evicting = now - ep.last_eviction <= std::chrono::seconds(1);
+  for (const auto& [at, blocks] : ep.unscheduled)
+    if (now - at <= std::chrono::seconds(1)) s.unscheduled_blocks += blocks;
   return s;
 }
 

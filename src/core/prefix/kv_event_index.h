@@ -112,6 +112,8 @@ struct KvEndpointStatus {
   int64_t last_seq = -1;
   double last_lag_s = 0;  // publisher ts -> applied, of the last batch
   size_t blocks = 0;
+  bool evicting = false;            // a BlockRemoved within the last second: the forecast acts
+  uint64_t unscheduled_blocks = 0;  // what this gateway's dispatches not yet scheduled will allocate
 };
 
 class KvEventIndex {

@@ -57,6 +57,11 @@ const std::vector<Series>& series() {
        [](const S& x) { return x.fresh ? 1.0 : 0.0; }},
       {"sluice_kv_index_blocks", "gauge", "Blocks the engine holds by its events.",
        [](const S& x) { return double(x.blocks); }},
+      {"sluice_kv_evicting", "gauge", "1 while the engine evicts (a block removed in the last second): the eviction forecast acts.",
+       [](const S& x) { return x.evicting ? 1.0 : 0.0; }},
+      {"sluice_kv_unscheduled_blocks", "gauge",
+       "Blocks this gateway's dispatches not yet scheduled by the engine will allocate (the forecast's evictions).",
+       [](const S& x) { return double(x.unscheduled_blocks); }},
   };
   return s;
 }

@@ -155,10 +155,13 @@ TEST_F(Fixture, WhileTheEngineEvictsTheUnscheduledDispatchesTakeTheLeastRecentBl
   idx.note_dispatch(0, d, "", "", now);  // 3 blocks to allocate (2 full + 1 partial), none cached
   match(a);
   EXPECT_EQ(matched[0], 4u);  // the engine has not evicted: it has free blocks
+  EXPECT_FALSE(idx.status(0, now).evicting);
+  EXPECT_EQ(idx.status(0, now).unscheduled_blocks, 3u);
   // c's tail evicted: the engine is evicting now. The dispatch's 3 blocks take a's tail three.
   now = t0 + 10ms;
   idx.apply(0, batch({kv::BlockRemoved{{303}, "GPU"}}), 1, 0, now);
   now = t0 + 12ms;
+  EXPECT_TRUE(idx.status(0, now).evicting);
   match(a);
   EXPECT_EQ(matched[0], 1u);
   EXPECT_EQ(source[0], KvEventIndex::Source::events);
@@ -178,6 +181,7 @@ TEST_F(Fixture, WhileTheEngineEvictsTheUnscheduledDispatchesTakeTheLeastRecentBl
   // One more step: the second dispatch is scheduled too, nothing is at risk.
   now = t0 + 40ms;
   idx.apply(0, batch({}), 3, 0, now);
+  EXPECT_EQ(idx.status(0, now).unscheduled_blocks, 0u);
   match(b);
   EXPECT_EQ(matched[0], 4u);
   // This gateway's dispatch of b makes b the most recent (and will allocate 1 block): c, now the
