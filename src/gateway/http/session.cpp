@@ -137,6 +137,10 @@ asio::awaitable<void> Session::stop_watch() {
   // The cancelled read's handler is queued before this continuation on the connection's
   // (single-threaded) io_context; the timer is only a fallback.
   co_await asio::post(client_.get_executor(), asio::use_awaitable);
+  co_await wait_watch();
+}
+
+asio::awaitable<void> Session::wait_watch() {
   while (watch_pending_) {
     if (!watch_stopped_) watch_stopped_ = std::make_unique<asio::steady_timer>(client_.get_executor());
     watch_stopped_->expires_at(asio::steady_timer::time_point::max());
@@ -152,7 +156,9 @@ asio::awaitable<void> Session::watching(asio::awaitable<void> work) {
   } catch (...) {
     error = std::current_exception();
   }
-  co_await stop_watch();
+  // The read stays pending (run() takes it over as the keep-alive read); from here an EOF only
+  // ends the connection, it no longer cancels a request.
+  watching_ = false;
   if (error) std::rethrow_exception(error);
 }
 
@@ -206,6 +212,20 @@ asio::awaitable<void> Session::run() {
   };
 
   for (;;) {
+    if (watch_pending_) {
+      if (early_bytes_.empty() && buffer_.size() == 0 && !worker_.draining()) {
+        // The last request's disconnect watch is the keep-alive read: wait for it.
+        idle_ = true;
+        keep_alive_idle_ = true;
+        idle_since_ = std::chrono::steady_clock::now();
+        watchdog_.arm(limits.idle_timeout, Phase::idle);
+        co_await wait_watch();
+        idle_ = false;
+        if (early_bytes_.empty()) break;  // EOF, reset, idle timeout, drain or reaped (cancelled)
+      } else {
+        co_await stop_watch();  // bytes are here already (or draining): the loop reads itself
+      }
+    }
     if (!early_bytes_.empty()) {
       if (buffer_.size() + early_bytes_.size() > buffer_.max_size()) break;  // a pipelining flood
       auto b = buffer_.prepare(early_bytes_.size());

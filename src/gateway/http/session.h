@@ -67,11 +67,15 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   asio::awaitable<void> run();
   // The disconnect watch: one plain read on the client socket (a callback, no coroutine) kept
   // pending while a request is served. EOF or an error: the client left. Bytes: a pipelined next
-  // request, kept in early_bytes_. stop_watch cancels it and waits until its handler has run, so
-  // the connection's next read never overlaps it.
+  // request, kept in early_bytes_. When the request is done the read stays pending: it is also the
+  // keep-alive read for the next request (run() waits for it, wait_watch), which saves the
+  // cancellation's two handler hops and a read that would find nothing per request. stop_watch
+  // cancels it and waits until its handler has run, for when the loop must read itself (bytes
+  // already here), so the connection's reads never overlap.
   void start_watch();
   void on_watch(boost::system::error_code ec, size_t n);
   asio::awaitable<void> stop_watch();
+  asio::awaitable<void> wait_watch();  // until the pending watch read has completed
   void on_deadline(Phase phase);
 
   Worker& worker_;
