@@ -164,6 +164,23 @@ asio::awaitable<void> Session::watching(asio::awaitable<void> work) {
 
 namespace {
 
+// Feeds what is already buffered to the parser, without I/O: up to the end of the header, or
+// (body) as much of the body as is here. A request that arrived whole (the usual case: one read)
+// then needs no async read, whose completion would be one more handler hop through the reactor
+// even with nothing to read. need_more is not an error: the caller's async read takes over.
+template <class Parser>
+boost::system::error_code put_buffered(Parser& p, boost::beast::flat_buffer& b, bool body) {
+  boost::system::error_code ec;
+  p.eager(body);
+  while (b.size() > 0 && !(body ? p.is_done() : p.is_header_done())) {
+    const size_t n = p.put(b.data(), ec);
+    b.consume(n);
+    if (ec == http::error::need_more) return {};
+    if (ec || n == 0) break;
+  }
+  return ec;
+}
+
 std::string_view path_of(std::string_view target) {
   auto q = target.find('?');
   return q == std::string_view::npos ? target : target.substr(0, q);
@@ -251,7 +268,8 @@ asio::awaitable<void> Session::run() {
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
     watchdog_.arm(limits.header_timeout, Phase::header);
-    auto [hec, hn] = co_await http::async_read_header(client_, buffer_, parser, use_tuple);
+    boost::system::error_code hec = put_buffered(parser, buffer_, false);
+    if (!hec && !parser.is_header_done()) std::tie(hec, std::ignore) = co_await http::async_read_header(client_, buffer_, parser, use_tuple);
     if (hec) {
       if (watchdog_.expired() == Phase::header)
         co_await reply_error(api_error(408, "Timed out reading the request headers.", "invalid_request_error", {}, "request_timeout"), Reason::header_timeout, no_extra);
@@ -294,7 +312,9 @@ asio::awaitable<void> Session::run() {
       boost::system::error_code bec;
       bool over_budget = false;
       while (!parser.is_done()) {
-        auto [ec, n] = co_await http::async_read_some(client_, buffer_, parser, use_tuple);
+        boost::system::error_code ec = put_buffered(parser, buffer_, true);
+        if (!ec && !parser.is_done())  // (a partial chunk header left buffered: the read parses it with the rest)
+          std::tie(ec, std::ignore) = co_await http::async_read_some(client_, buffer_, parser, use_tuple);
         if (ec) {
           bec = ec;
           break;
