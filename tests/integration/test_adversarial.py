@@ -305,7 +305,12 @@ class Pipelining(unittest.TestCase):
             s.close()
         grown = self.gw.rss_kib() - base
         print(f"\n  flood: sent {sent >> 10} KiB before back-pressure, RSS +{grown >> 10} MiB", file=sys.stderr)
-        self.assertLess(grown, 64 << 10)
+        # Release: +0 MiB (the loop reads 4 KiB at a time and stops when its writes block). Under
+        # ASan every freed block waits in a 256 MB quarantine: a flood of ~100k tiny requests fills
+        # it (+260 MiB seen once the data path got faster), so there the bound only catches
+        # gross growth; the Release run of this test holds the tight one.
+        limit = (64 + 320) << 10 if os.environ.get("SLUICE_SANITIZED") == "1" else 64 << 10
+        self.assertLess(grown, limit)
         time.sleep(0.3)
         healthy_request_works(self, self.gw)
 
