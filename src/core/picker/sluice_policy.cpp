@@ -39,8 +39,9 @@ namespace {
 // functions below call it too). Every expression is the one the separate functions computed, in the
 // same order of operations, so the results are bit-identical; what is shared is only computed once:
 // the duty's stretch (per decision), the step time's part that depends on the batch size alone,
-// s(b) = c0 + max(W, beta b) + delta b (step(b, k) = s(b) + gamma k), and the prefill's stall
-// (the ITL's own_prefill numerator is the same expression).
+// step_base(b) = c0 + max(W, beta b) + delta b (step(b, k) = step_base(b) + gamma k), and the
+// prefill's stall (the ITL's own_prefill numerator is the same expression). sluice_batch_itl and
+// sluice_itl_ms are this same code (batch_itl, cost_and_itl), not copies of it.
 [[gnu::always_inline]] inline double expected_excess(double mean, double sd, double limit) {
   if (!(sd > 0)) return std::max(0.0, mean - limit);
   const double z = (mean - limit) / sd;
@@ -48,6 +49,22 @@ namespace {
   const double pdf = 0.3989422804014327 * std::exp(-0.5 * z * z);
   const double cdf = 0.5 * std::erfc(-z * 0.7071067811865476);
   return std::max(0.0, (mean - limit) * cdf + sd * pdf);
+}
+
+// The step time's part that depends on the batch size alone: step(b, k) = step_base(b) + gamma k.
+[[gnu::always_inline]] inline double step_base(const SluiceParams& p, double b) {
+  return p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b;
+}
+
+// sluice_batch_itl with the batch parts of the step given: s_b = step_base(b), s_b1 = step_base(b + 1).
+[[gnu::always_inline]] inline SluiceItl batch_itl(const SluiceParams& p, double b, double k, double s_b, double s_b1,
+                                                  double stretch) {
+  SluiceItl r;
+  const double step = s_b + p.gamma_ms * k;
+  r.mean_ms = step * stretch;
+  // One sequence more or less, at the batch's mean context; the count varies like a Poisson count.
+  if (b > 0) r.sd_ms = std::sqrt(b) * ((s_b1 + p.gamma_ms * (k + k / b)) - step) * stretch;
+  return r;
 }
 
 // The duty's factors, the same for every endpoint of a decision.
@@ -71,10 +88,8 @@ template <bool kItl>
   const double n = std::max(1.0, std::ceil(tokens / p.chunk_tokens));
   c.ttft_ms = std::max(n * p.w_ms, p.beta_ms * (tokens + n * D)) + n * (p.c0_ms + p.delta_ms * D + gK) +
               p.eps_ms * in.queue_pairs + attention;
-  // step(b, k) = s(b) + gamma k
-  auto s = [&](double b) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b; };
   const double B1 = B + 1;
-  const double s1 = s(B1);
+  const double s0 = step_base(p, B), s1 = step_base(p, B1);
   // The time our prefill adds to the steps it shares (free under the weight-read floor).
   const double stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
   if constexpr (kItl) {
@@ -83,24 +98,19 @@ template <bool kItl>
     *itl = step / duty.keep + stall / std::max(1.0, in.output);
   }
   // Decode: our own tokens at the batch we join, and the slowdown of the batch while we are in it.
-  // sluice_batch_itl(p, B, K): the batch's ITL without us.
-  double mean0 = 0, sd0 = 0;
-  const double step0 = s(B) + gK;
-  if (p.decode_price >= 2) {
-    mean0 = step0 * duty.stretch;
-    if (B > 0) sd0 = std::sqrt(B) * ((s1 + p.gamma_ms * (K + K / B)) - step0) * duty.stretch;
-  }
+  // The batch's ITL without us.
+  const double step0 = s0 + gK;
+  const SluiceItl batch = p.decode_price >= 2 ? batch_itl(p, B, K, s0, s1, duty.stretch) : SluiceItl{};
+  const double mean0 = batch.mean_ms, sd0 = batch.sd_ms;
   double lag0 = -1;  // the batch's expected lag without us (decode_price 2), computed once
   if (O > 0) {
     const double ctx = in.input + O / 2;
     const double k1 = K + ctx;
     const double with = s1 + p.gamma_ms * k1;  // step(B + 1, K + ctx)
     if (p.decode_price >= 2) {
-      // The expected lag behind the ITL SLO's pace, the ITL being uncertain (sluice_batch_itl(p, B + 1, K + ctx)).
-      const double mean1 = with * duty.stretch;
-      double sd1 = 0;
-      if (B1 > 0) sd1 = std::sqrt(B1) * ((s(B1 + 1) + p.gamma_ms * (k1 + k1 / B1)) - with) * duty.stretch;
-      const double lag1 = expected_excess(mean1, sd1, p.itl_slo_ms);
+      // The expected lag behind the ITL SLO's pace, the ITL being uncertain (the batch we would join).
+      const SluiceItl w = batch_itl(p, B1, k1, s1, step_base(p, B1 + 1), duty.stretch);
+      const double lag1 = expected_excess(w.mean_ms, w.sd_ms, p.itl_slo_ms);
       lag0 = expected_excess(mean0, sd0, p.itl_slo_ms);
       c.decode_ms = O * lag1;
       c.interference_ms = std::min(in.remaining, B * O) * std::max(0.0, lag1 - lag0);
@@ -160,16 +170,7 @@ double sluice_excess_probability(double mean, double sd, double limit) {
 }
 
 SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double prefill_duty) {
-  auto step = [&](double n, double kv) { return p.c0_ms + std::max(p.w_ms, p.beta_ms * n) + p.delta_ms * n + p.gamma_ms * kv; };
-  const double stretch = 1.0 / (1.0 - std::clamp(prefill_duty, 0.0, 0.9));
-  SluiceItl r;
-  r.mean_ms = step(b, k) * stretch;
-  if (b > 0) {
-    // One sequence more or less, at the batch's mean context; the count varies like a Poisson count.
-    const double one = step(b + 1, k + k / b) - step(b, k);
-    r.sd_ms = std::sqrt(b) * one * stretch;
-  }
-  return r;
+  return batch_itl(p, b, k, step_base(p, b), step_base(p, b + 1), Duty(prefill_duty).stretch);
 }
 
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
@@ -177,14 +178,9 @@ SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
 }
 
 double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in) {
-  const double D = in.decoding, b = in.decoding + in.queued + 1, O = std::max(1.0, in.output);
-  const double U = std::max(0.0, in.input - in.cached);
-  const double step = p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b +
-                      p.gamma_ms * (in.kv_read + in.input + in.output / 2);
-  // This request's own prefill, spread over the O tokens the batch produces alongside it.
-  const double own_prefill = (std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) +
-                              p.eps_ms * U * (in.cached + U / 2)) / O;
-  return step / (1.0 - std::clamp(in.prefill_duty, 0.0, 0.9)) + own_prefill;
+  double itl = 0.0;
+  cost_and_itl<true>(p, in, Duty(in.prefill_duty), &itl);
+  return itl;
 }
 
 bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const SluiceCost& c) {
