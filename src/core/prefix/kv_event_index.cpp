@@ -6,6 +6,15 @@
 
 namespace sluice {
 
+namespace {
+// An endpoint is evicting while its last BlockRemoved is this recent; a dispatch not followed by
+// this much of the engine's events is taken as scheduled (an idle engine publishes nothing).
+constexpr Duration kEvictingWindow = std::chrono::seconds(1);
+// Engine steps (batches) within which a chain counts as recently stored or touched: near the
+// LRU's head already, not walked again.
+constexpr uint64_t kRecentSteps = 32;
+}  // namespace
+
 KvSequence::Verdict KvSequence::on_batch(int64_t seq) {
   if (last_ < 0 || seq == last_ + 1) return Verdict::apply;
   if (seq <= last_) return Verdict::duplicate;
@@ -53,12 +62,12 @@ void KvEventIndex::clear_locked(size_t e) {
 void KvEventIndex::touch_chain_locked(size_t e, uint64_t own) {
   Endpoint& ep = eps_[e];
   const uint64_t batch = ep.counters.batches;
-  if (auto it = ep.parent_of.find(own); it == ep.parent_of.end() || it->second.stored + 32 >= batch) return;
+  if (auto it = ep.parent_of.find(own); it == ep.parent_of.end() || it->second.stored + kRecentSteps >= batch) return;
   chain_.clear();
   for (size_t depth = 0; own != 0 && depth < opts_.max_blocks; ++depth) {
     auto it = ep.parent_of.find(own);
     // The rest was touched with it (or within the 32 steps before): near the LRU's head already.
-    if (it == ep.parent_of.end() || it->second.touched + 32 >= batch) break;
+    if (it == ep.parent_of.end() || it->second.touched + kRecentSteps >= batch) break;
     it->second.touched = batch;
     chain_.push_back(own);
     own = it->second.parent;
@@ -74,10 +83,13 @@ void KvEventIndex::drop_scheduled_locked(Endpoint& ep, Time before) {
   }
 }
 
+bool KvEventIndex::evicting_locked(const Endpoint& ep, Time now) { return now - ep.last_eviction <= kEvictingWindow; }
+
 uint32_t KvEventIndex::forecast_locked(size_t e, uint32_t n, Time now) {
   Endpoint& ep = eps_[e];
-  drop_scheduled_locked(ep, now - std::chrono::seconds(1));  // an idle engine publishes nothing
-  if (!opts_.eviction_forecast || ep.unscheduled_blocks == 0 || now - ep.last_eviction > std::chrono::seconds(1)) return n;
+  if (n == 0 || !opts_.eviction_forecast) return n;  // nothing held, or off: no LRU walk on the pick path
+  drop_scheduled_locked(ep, now - kEvictingWindow);
+  if (ep.unscheduled_blocks == 0 || !evicting_locked(ep, now)) return n;
   // The blocks the requests ahead of this one allocate evict the engine's least recent ones.
   tail_.clear();
   blocks_.least_recent(e, static_cast<size_t>(ep.unscheduled_blocks), tail_);
@@ -291,9 +303,9 @@ KvEndpointStatus KvEventIndex::status(size_t e, Time now) const {
   s.last_seq = ep.last_seq;
   s.last_lag_s = ep.last_lag_s;
   s.blocks = blocks_.entries(e);
-  s.evicting = now - ep.last_eviction <= std::chrono::seconds(1);
-  for (const auto& [at, blocks] : ep.unscheduled)
-    if (now - at <= std::chrono::seconds(1)) s.unscheduled_blocks += blocks;
+  s.evicting = evicting_locked(ep, now);
+  for (const auto& [at, blocks] : ep.unscheduled)  // as forecast_locked counts them (const: not dropped here)
+    if (at >= now - kEvictingWindow) s.unscheduled_blocks += blocks;
   return s;
 }
 

@@ -203,6 +203,7 @@ class KvEventIndex {
   void touch_chain_locked(size_t e, uint64_t own);
   // How many of the first `n` request blocks (hashes_) survive until the request is scheduled.
   uint32_t forecast_locked(size_t e, uint32_t n, Time now);
+  static bool evicting_locked(const Endpoint& ep, Time now);
   void drop_scheduled_locked(Endpoint& ep, Time before);
   void request_hashes(std::string_view text, std::span<const uint32_t> token_ids, std::string_view lora_name,
                       std::string_view cache_salt);

@@ -228,14 +228,20 @@ asio::awaitable<void> Session::run() {
     linger = true;
   };
 
+  // Waiting for the next request: reapable once it has served one, under the idle (keep-alive)
+  // timeout, or the header timeout before the first.
+  auto begin_idle = [&] {
+    idle_ = true;
+    keep_alive_idle_ = !first;
+    idle_since_ = std::chrono::steady_clock::now();
+    watchdog_.arm(first ? limits.header_timeout : limits.idle_timeout, Phase::idle);
+  };
+
   for (;;) {
     if (watch_pending_) {
       if (early_bytes_.empty() && buffer_.size() == 0 && !worker_.draining()) {
         // The last request's disconnect watch is the keep-alive read: wait for it.
-        idle_ = true;
-        keep_alive_idle_ = true;
-        idle_since_ = std::chrono::steady_clock::now();
-        watchdog_.arm(limits.idle_timeout, Phase::idle);
+        begin_idle();
         co_await wait_watch();
         idle_ = false;
         if (early_bytes_.empty()) break;  // EOF, reset, idle timeout, drain or reaped (cancelled)
@@ -252,10 +258,7 @@ asio::awaitable<void> Session::run() {
     }
     if (buffer_.size() == 0) {
       if (worker_.draining()) break;
-      idle_ = true;
-      keep_alive_idle_ = !first;
-      idle_since_ = std::chrono::steady_clock::now();
-      watchdog_.arm(first ? limits.header_timeout : limits.idle_timeout, Phase::idle);
+      begin_idle();
       auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);
       idle_ = false;
       if (ec || n == 0) break;  // closed, idle timeout, or drain
