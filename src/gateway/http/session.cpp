@@ -15,6 +15,7 @@
 #include "gateway/http/body_budget.h"
 #include "gateway/http/http_util.h"
 #include "gateway/http/request_framing.h"
+#include "gateway/http/write_now.h"
 #include "gateway/proxy.h"
 #include "core/admission/tenants.h"
 #include "core/openai/models_list.h"
@@ -101,7 +102,7 @@ void Session::abort() {
 asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std::string_view c) {
   if (client_gone_) co_return false;
   std::array<asio::const_buffer, 3> bufs{asio::buffer(a), asio::buffer(b), asio::buffer(c)};
-  auto [ec, n] = co_await asio::async_write(client_, bufs, use_tuple);
+  auto [ec, n] = co_await write_now(client_, bufs);
   if (ec) client_gone_ = true;
   co_return !ec;
 }

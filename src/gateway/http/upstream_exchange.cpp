@@ -1,4 +1,5 @@
 #include "gateway/http/upstream_exchange.h"
+#include "gateway/http/write_now.h"
 
 #include <array>
 
@@ -35,7 +36,7 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   if (deadlines_.total < first) down_.deadline(deadlines_.total, Phase::total);
   else down_.deadline(first, Phase::first_byte);
   std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body)};
-  auto [wec, wn] = co_await asio::async_write(lease_.socket(), bufs, use_tuple);
+  auto [wec, wn] = co_await write_now(lease_.socket(), bufs);
   if (wec) co_return wec;
   buffer_.clear();
   // Beast reads max(512, capacity - size) bytes at a time: give it room for whole relay chunks,
