@@ -26,22 +26,10 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/system/error_code.hpp>
 
 namespace sluice {
-
-// Bytes `n` of `bufs` are written: the rest, in place (the buffers are views).
-template <size_t N>
-inline size_t consume_written(std::array<boost::asio::const_buffer, N>& bufs, size_t n) {
-  size_t left = 0;
-  for (auto& b : bufs) {
-    const size_t take = std::min(n, b.size());
-    b += take;
-    n -= take;
-    left += b.size();
-  }
-  return left;
-}
 
 template <class Socket, size_t N>
 boost::asio::awaitable<std::tuple<boost::system::error_code, size_t>> write_now(
@@ -66,8 +54,9 @@ boost::asio::awaitable<std::tuple<boost::system::error_code, size_t>> write_now(
   }
   const size_t done = static_cast<size_t>(sent);
   if (done == total) co_return std::tuple{boost::system::error_code{}, total};
-  consume_written(bufs, done);
-  auto [ec, n] = co_await boost::asio::async_write(socket, bufs, boost::asio::as_tuple(boost::asio::use_awaitable));
+  boost::beast::buffers_suffix<std::array<boost::asio::const_buffer, N>> rest(bufs);
+  rest.consume(done);
+  auto [ec, n] = co_await boost::asio::async_write(socket, rest, boost::asio::as_tuple(boost::asio::use_awaitable));
   co_return std::tuple{ec, done + n};
 }
 

@@ -28,14 +28,6 @@ struct Pair {
   }
 };
 
-TEST(WriteNow, ConsumeWrittenAdvancesAcrossBuffers) {
-  std::string x = "abc", y = "defg";
-  std::array<asio::const_buffer, 3> bufs{asio::buffer(x), asio::buffer(y), asio::const_buffer{}};
-  EXPECT_EQ(consume_written(bufs, 5), 2u);
-  EXPECT_EQ(bufs[0].size(), 0u);
-  EXPECT_EQ(std::string(static_cast<const char*>(bufs[1].data()), bufs[1].size()), "fg");
-}
-
 TEST(WriteNow, SmallWriteCompletesInlineInOrder) {
   Pair p;
   std::string head = "HTTP/1.1 200 OK\r\n\r\n", body = "hello";
