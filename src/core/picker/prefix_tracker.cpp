@@ -54,7 +54,7 @@ void PrefixTracker::hash(const PickRequest& req) {
 
 std::span<const uint32_t> PrefixTracker::match(const PickRequest& req) {
   matched_.resize(index_.endpoints());
-  index_.match_text(req.text, block_chars(), PrefixIndex::seed(req.model, req.adapter, req.cache_salt),
+  deepest_ = index_.match_text(req.text, block_chars(), PrefixIndex::seed(req.model, req.adapter, req.cache_salt),
                     opts_.max_blocks, matched_);
   request_blocks_ = std::min(req.text.size() / block_chars(), opts_.max_blocks);
   sources_.assign(matched_.size(), KvEventIndex::Source::learned);

@@ -46,6 +46,9 @@ class PrefixTracker {
   int block_tokens() const { return block_tokens_; }
   size_t block_chars() const { return static_cast<size_t>(block_tokens_) * 4; }
   size_t request_blocks() const { return request_blocks_; }  // of the last match()
+  // The learned index's hash of the deepest block some endpoint held in the last match() (names the
+  // longest cached prefix; 0: none). Engine-event matches do not change it.
+  uint64_t deepest_hash() const { return deepest_; }
   const PrefixIndex& index() const { return index_; }
 
   void attach_events(std::shared_ptr<KvEventIndex> events) { events_ = std::move(events); }
@@ -63,6 +66,7 @@ class PrefixTracker {
   std::vector<uint64_t> blocks_;
   std::vector<uint32_t> matched_;
   size_t request_blocks_ = 0;
+  uint64_t deepest_ = 0;
   std::shared_ptr<KvEventIndex> events_;
   Time now_{};
   std::vector<KvEventIndex::Source> sources_;

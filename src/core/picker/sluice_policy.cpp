@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/picker/ranking.h"
 #include "core/picker/scorers/adapter_locality.h"
@@ -74,46 +75,108 @@ struct Duty {
   explicit Duty(double prefill_duty) : keep(1.0 - std::clamp(prefill_duty, 0.0, 0.9)), stretch(1.0 / keep) {}
 };
 
+// The time to first token of inputs `in` with U uncached tokens: the steps until the queue ahead
+// (queue_tokens, queue_pairs) and its own uncached prefill are done.
+[[gnu::always_inline]] inline double ttft_of(const SluiceParams& p, const SluiceInputs& in, double U, double queue_tokens,
+                                             double queue_pairs) {
+  const double D = in.decoding;
+  const double attention = p.eps_ms * U * (in.cached + U / 2);
+  const double tokens = queue_tokens + U;
+  const double n = std::max(1.0, std::ceil(tokens / p.chunk_tokens));
+  return std::max(n * p.w_ms, p.beta_ms * (tokens + n * D)) + n * (p.c0_ms + p.delta_ms * D + p.gamma_ms * in.kv_read) +
+         p.eps_ms * queue_pairs + attention;
+}
+
+// The batch this request would join, without it (decode_price 2): its ITL and expected lag,
+// computed once per endpoint (lag < 0: not yet) and shared by the decode and the prefill terms.
+struct BatchLag {
+  SluiceItl itl;
+  double lag = -1;
+  bool itl_known = false;
+};
+[[gnu::always_inline]] inline void batch_lag(const SluiceParams& p, const SluiceInputs& in, const Duty& duty, BatchLag& b,
+                                             bool with_lag) {
+  const double B = in.decoding + in.queued;
+  if (!b.itl_known) {
+    b.itl = batch_itl(p, B, in.kv_read, step_base(p, B), step_base(p, B + 1), duty.stretch);
+    b.itl_known = true;
+  }
+  if (with_lag && b.lag < 0) b.lag = expected_excess(b.itl.mean_ms, b.itl.sd_ms, p.itl_slo_ms);
+}
+
+// The terms that depend on how much of the input is cached (U = I - C): the TTFT, the prefill's
+// price to the others, the KV risk and the evictions. `batch`: as batch_lag's (the same batch for
+// any C).
+struct PrefillTerms {
+  double ttft_ms = 0, prefill_imposed_ms = 0, kv_ms = 0, eviction_ms = 0;
+  double stall = 0;  // the time the prefill adds to the steps it shares
+};
+[[gnu::always_inline]] inline PrefillTerms prefill_terms(const SluiceParams& p, const SluiceInputs& in, const Duty& duty,
+                                                         BatchLag& batch) {
+  PrefillTerms t;
+  const double U = std::max(0.0, in.input - in.cached);
+  const double D = in.decoding, B = in.decoding + in.queued, O = in.output;
+  const double attention = p.eps_ms * U * (in.cached + U / 2);
+  t.ttft_ms = ttft_of(p, in, U, in.queue_tokens, in.queue_pairs);
+  // The time our prefill adds to the steps it shares (free under the weight-read floor).
+  t.stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
+  const double stall = t.stall;
+  // Our prefill's share of the steps the others run in.
+  if (U > 0 && B > 0) {
+    if (p.decode_price == 2) {
+      // The queue's TTFT in ms; the decoders' tokens only by the lag it adds: a stall spread over
+      // their tokens (about 2 R / B each) raises their mean ITL by stall / that.
+      const double each = std::max(1.0, 2 * in.remaining / std::max(1.0, B));
+      batch_lag(p, in, duty, batch, true);
+      const double shift = expected_excess(batch.itl.mean_ms + stall / each, batch.itl.sd_ms, p.itl_slo_ms) - batch.lag;
+      // The queue, and the requests arriving during the stall (lambda x stall of them, waiting
+      // stall / 2 on average), wait for it in TTFT.
+      t.prefill_imposed_ms = (in.queued + in.arrivals_per_ms * stall / 2) * stall + D * each * std::max(0.0, shift);
+      // KV residency: the stall holds the batch's KV that much longer. While the KV has room that
+      // costs nobody; when it is full, every ms of it is taken from the requests waiting for KV,
+      // whose TTFT it delays one for one: all B pay the stall (the plain-ms price). Between, that
+      // price is weighted by u^3 (u = KV usage), the chance that the KV is what binds: negligible
+      // below half full (0.1 at 0.5), most of it near full (0.6 at 0.85).
+      const double u = std::clamp(in.kv_usage, 0.0, 1.0);
+      t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, u * u * u * B * stall);
+    } else {
+      t.prefill_imposed_ms = B * stall;
+    }
+  }
+  // KV pressure: a preemption's recompute stalls the batch.
+  const double after = in.kv_usage + (U + O) / std::max(1.0, in.capacity_tokens);
+  const double risk = std::clamp((after - p.kv_risk_start) / (1.0 - p.kv_risk_start), 0.0, 1.0);
+  t.kv_ms = risk * risk * (1 + B) * p.beta_ms * (in.input + O);
+  // Eviction: the blocks this request allocates beyond the cache's free room evict other prefixes
+  // (least recently used first), each of whose tokens is found again by a later request about as
+  // often as the pool's input tokens are found cached (h), and then costs its prefill again.
+  if (p.eviction_price > 0) t.eviction_ms = p.eviction_price * p.beta_ms * std::max(0.0, U + O - in.cache_free_tokens) * in.reuse;
+  return t;
+}
+
 // sluice_cost, and (when itl is not null) sluice_itl_ms, for inputs whose prefill_duty is `duty`'s.
+// batch: as prefill_terms'.
 template <bool kItl>
 [[gnu::always_inline]] inline SluiceCost cost_and_itl(const SluiceParams& p, const SluiceInputs& in, const Duty& duty,
-                                                      double* itl) {
+                                                      double* itl, BatchLag& batch) {
   SluiceCost c;
-  const double U = std::max(0.0, in.input - in.cached);
-  const double D = in.decoding, B = in.decoding + in.queued, K = in.kv_read, O = in.output;
-  const double attention = p.eps_ms * U * (in.cached + U / 2);
+  const double B = in.decoding + in.queued, K = in.kv_read, O = in.output;
   const double gK = p.gamma_ms * K;
-  // Time to first token: the steps until the queue ahead and our own uncached prefill are done.
-  const double tokens = in.queue_tokens + U;
-  const double n = std::max(1.0, std::ceil(tokens / p.chunk_tokens));
-  c.ttft_ms = std::max(n * p.w_ms, p.beta_ms * (tokens + n * D)) + n * (p.c0_ms + p.delta_ms * D + gK) +
-              p.eps_ms * in.queue_pairs + attention;
   const double B1 = B + 1;
   const double s0 = step_base(p, B), s1 = step_base(p, B1);
-  // The time our prefill adds to the steps it shares (free under the weight-read floor).
-  const double stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
-  if constexpr (kItl) {
-    // sluice_itl_ms: the step it joins, stretched, plus its own prefill spread over its O tokens.
-    const double step = s1 + p.gamma_ms * (in.kv_read + in.input + in.output / 2);
-    *itl = step / duty.keep + stall / std::max(1.0, in.output);
-  }
   // Decode: our own tokens at the batch we join, and the slowdown of the batch while we are in it.
-  // The batch's ITL without us.
-  const double step0 = s0 + gK;
-  const SluiceItl batch = p.decode_price >= 2 ? batch_itl(p, B, K, s0, s1, duty.stretch) : SluiceItl{};
-  const double mean0 = batch.mean_ms, sd0 = batch.sd_ms;
-  double lag0 = -1;  // the batch's expected lag without us (decode_price 2), computed once
   if (O > 0) {
     const double ctx = in.input + O / 2;
     const double k1 = K + ctx;
     const double with = s1 + p.gamma_ms * k1;  // step(B + 1, K + ctx)
+    const double step0 = s0 + gK;              // the batch's step without us
     if (p.decode_price >= 2) {
       // The expected lag behind the ITL SLO's pace, the ITL being uncertain (the batch we would join).
       const SluiceItl w = batch_itl(p, B1, k1, s1, step_base(p, B1 + 1), duty.stretch);
       const double lag1 = expected_excess(w.mean_ms, w.sd_ms, p.itl_slo_ms);
-      lag0 = expected_excess(mean0, sd0, p.itl_slo_ms);
+      batch_lag(p, in, duty, batch, true);
       c.decode_ms = O * lag1;
-      c.interference_ms = std::min(in.remaining, B * O) * std::max(0.0, lag1 - lag0);
+      c.interference_ms = std::min(in.remaining, B * O) * std::max(0.0, lag1 - batch.lag);
     } else if (p.decode_price == 1) {
       // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
       const double lag1 = std::max(0.0, with * duty.stretch - p.itl_slo_ms);
@@ -125,37 +188,17 @@ template <bool kItl>
       c.interference_ms = std::min(in.remaining, B * O) * (with - step0);
     }
   }
-  // Our prefill's share of the steps the others run in.
-  if (U > 0 && B > 0) {
-    if (p.decode_price == 2) {
-      // The queue's TTFT in ms; the decoders' tokens only by the lag it adds: a stall spread over
-      // their tokens (about 2 R / B each) raises their mean ITL by stall / that.
-      const double each = std::max(1.0, 2 * in.remaining / std::max(1.0, B));
-      if (lag0 < 0) lag0 = expected_excess(mean0, sd0, p.itl_slo_ms);
-      const double shift = expected_excess(mean0 + stall / each, sd0, p.itl_slo_ms) - lag0;
-      // The queue, and the requests arriving during the stall (lambda x stall of them, waiting
-      // stall / 2 on average), wait for it in TTFT.
-      c.prefill_imposed_ms = (in.queued + in.arrivals_per_ms * stall / 2) * stall + D * each * std::max(0.0, shift);
-      // KV residency: the stall holds the batch's KV that much longer. While the KV has room that
-      // costs nobody; when it is full, every ms of it is taken from the requests waiting for KV,
-      // whose TTFT it delays one for one: all B pay the stall (the plain-ms price). Between, that
-      // price is weighted by u^3 (u = KV usage), the chance that the KV is what binds: negligible
-      // below half full (0.1 at 0.5), most of it near full (0.6 at 0.85).
-      const double u = std::clamp(in.kv_usage, 0.0, 1.0);
-      c.prefill_imposed_ms = std::max(c.prefill_imposed_ms, u * u * u * B * stall);
-    } else {
-      c.prefill_imposed_ms = B * stall;
-    }
-  }
-  // KV pressure: a preemption's recompute stalls the batch.
-  const double after = in.kv_usage + (U + O) / std::max(1.0, in.capacity_tokens);
-  const double risk = std::clamp((after - p.kv_risk_start) / (1.0 - p.kv_risk_start), 0.0, 1.0);
-  c.kv_ms = risk * risk * (1 + B) * p.beta_ms * (in.input + O);
+  const PrefillTerms t = prefill_terms(p, in, duty, batch);
+  c.ttft_ms = t.ttft_ms;
+  c.prefill_imposed_ms = t.prefill_imposed_ms;
+  c.kv_ms = t.kv_ms;
+  c.eviction_ms = t.eviction_ms;
   c.adapter_ms = in.adapter_ms;
-  // Eviction: the blocks this request allocates beyond the cache's free room evict other prefixes
-  // (least recently used first), each of whose tokens is found again by a later request about as
-  // often as the pool's input tokens are found cached (h), and then costs its prefill again.
-  if (p.eviction_price > 0) c.eviction_ms = p.eviction_price * p.beta_ms * std::max(0.0, U + O - in.cache_free_tokens) * in.reuse;
+  if constexpr (kItl) {
+    // sluice_itl_ms: the step it joins, stretched, plus its own prefill spread over its O tokens.
+    const double step = s1 + p.gamma_ms * (in.kv_read + in.input + in.output / 2);
+    *itl = step / duty.keep + t.stall / std::max(1.0, in.output);
+  }
   return c;
 }
 
@@ -174,12 +217,14 @@ SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double pre
 }
 
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
-  return cost_and_itl<false>(p, in, Duty(in.prefill_duty), nullptr);
+  BatchLag batch;
+  return cost_and_itl<false>(p, in, Duty(in.prefill_duty), nullptr, batch);
 }
 
 double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in) {
   double itl = 0.0;
-  cost_and_itl<true>(p, in, Duty(in.prefill_duty), &itl);
+  BatchLag batch;
+  cost_and_itl<true>(p, in, Duty(in.prefill_duty), &itl, batch);
   return itl;
 }
 
@@ -279,6 +324,23 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   const size_t indexed = !embed && !oracle ? ix.endpoints() : 0;
   const double block_tokens = prefix_.block_tokens();
   const double reuse = rate_.hit;
+  // The copy credit's inputs: the longest cached prefix (its depth, its holders, the demand for it).
+  uint32_t deepest = 0;
+  size_t holders = 0;
+  double demand = 0;  // lambda_p, requests per ms
+  last_key_ = 0;
+  if (!matched.empty()) {
+    for (const EndpointView& v : endpoints) {
+      const uint32_t m = v.index < matched.size() ? matched[v.index] : 0;
+      if (m > deepest) deepest = m, holders = 0;
+      holders += m == deepest;
+    }
+    last_key_ = prefix_.deepest_hash();
+    last_text_ = req.text.data();
+    last_text_size_ = req.text.size();
+    if (deepest > 0 && holders < endpoints.size() && last_key_ != 0 && output > 0) demand = demand_.rate(last_key_, now);
+  }
+  const double warm_cached = demand > 0 ? static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens)) : 0.0;
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
@@ -324,13 +386,54 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
                              block_tokens;
     // sluice_cost and sluice_itl_ms (embeddings: no ITL) in one pass.
     double itl = 0.0;
-    const SluiceCost cost = embed ? cost_and_itl<false>(p, in, factors, nullptr) : cost_and_itl<true>(p, in, factors, &itl);
+    BatchLag batch;
+    const SluiceCost cost = embed ? cost_and_itl<false>(p, in, factors, nullptr, batch)
+                                  : cost_and_itl<true>(p, in, factors, &itl, batch);
     const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= p.itl_slo_ms);
-    e.score = -cost.total() - (meets_slo ? 0.0 : kMissesSlo);
+    e.total = cost.total();
+    e.itl = itl;
+    e.score = -e.total - (meets_slo ? 0.0 : kMissesSlo);
+    e.premium = -1;
+    if (demand > 0) {
+      // The copy credit's inputs (only the terms that depend on the cached tokens or the queue
+      // change): the steady cost (the prefill ahead removed) for the holders; for the others the
+      // premium of the cold copy and the steady cost had they held the prefix.
+      if (in.cached < warm_cached) {
+        SluiceInputs w = in;
+        w.cached = warm_cached;
+        const PrefillTerms t = prefill_terms(p, w, factors, batch);
+        e.premium = std::max(0.0, cost.ttft_ms + cost.prefill_imposed_ms - (t.ttft_ms + t.prefill_imposed_ms));
+        e.steady = e.total - (cost.ttft_ms + cost.prefill_imposed_ms + cost.kv_ms + cost.eviction_ms) +
+                   ttft_of(p, w, std::max(0.0, w.input - w.cached), 0.0, 0.0) + t.prefill_imposed_ms + t.kv_ms + t.eviction_ms;
+        e.free = in.cache_free_tokens;
+        e.copy_tokens = warm_cached - in.cached + in.output;
+      } else {
+        e.steady = e.total - cost.ttft_ms + ttft_of(p, in, std::max(0.0, in.input - in.cached), 0.0, 0.0);
+      }
+    }
     if constexpr (kFull) {
       e.cost = cost;
       e.itl_ms = itl;
       e.meets_slo = meets_slo;
+    }
+  }
+  if (demand > 0) {
+    // The copy credit (see the header): a cold copy's premium, repaid by the requests for this
+    // prefix that will share the copy while this request holds it.
+    double best_holder = std::numeric_limits<double>::infinity();
+    for (const Eval& e : evals_)
+      if (e.premium < 0) best_holder = std::min(best_holder, e.steady);
+    for (size_t i = 0; i < endpoints.size(); ++i) {
+      Eval& e = evals_[i];
+      if (e.premium <= 0 || !std::isfinite(best_holder)) continue;
+      const double saving = std::max(0.0, best_holder - e.steady);
+      const double users = demand * output * e.itl;  // lambda_p x the time this request holds the copy
+      // Only the part of the copy the prefix cache has free room for: what must evict displaces
+      // prefixes whose own demand is not known here (the eviction term prices the current request's).
+      const double fit = std::clamp(e.free / std::max(1.0, e.copy_tokens), 0.0, 1.0);
+      const double credit = fit * std::min(e.premium, users * saving / static_cast<double>(holders + 1));
+      e.score += credit;
+      if constexpr (kFull) e.cost.copy_credit_ms = credit;
     }
   }
 }
@@ -356,9 +459,10 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
   }
 }
 
-void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time) {
+void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {
   cursor_ = endpoint + 1;
   if (embedding(req)) return;
+  if (last_key_ != 0 && req.text.data() == last_text_ && req.text.size() == last_text_size_) demand_.note(last_key_, now);
   if (req.input_tokens > 0) mean_prompt_ = 0.95 * mean_prompt_ + 0.05 * static_cast<double>(req.input_tokens);
   mean_output_ = 0.95 * mean_output_ + 0.05 * output_of(req);
   if (!oracle_) prefix_.learn(req, endpoint);
@@ -379,6 +483,7 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"kv_risk_ms", e.cost.kv_ms},
                     {"adapter_ms", e.cost.adapter_ms},
                     {"eviction_ms", e.cost.eviction_ms},
+                    {"copy_credit_ms", e.cost.copy_credit_ms},
                     {"arrivals_per_s", e.in.arrivals_per_ms * 1000},
                     {"itl_ms", e.itl_ms},
                     {"prefill_duty", e.in.prefill_duty},

@@ -5,6 +5,7 @@
 // latency plus the latency it adds to the requests it will share the engine with:
 //
 //   cost_ms = ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + eviction_ms + adapter_ms
+//             - copy_credit_ms
 //
 // Inputs per endpoint (own = the gateway's accounting, exact and never stale; ext = requests from
 // other clients, from a fresh scrape, 0 when stale):
@@ -74,6 +75,34 @@
 //   adapter_ms = 0 if the adapter is running, adapter_load_ms if it must load into a free slot or is
 //             waiting, adapter_wait_ms if every slot holds another adapter
 //
+//   copy_credit_ms: what a copy of the request's longest cached prefix onto this endpoint is worth to
+//             the requests that will come for that prefix (the terms above see one request; a copy
+//             is paid once and serves every later one). With d = the deepest block some endpoint
+//             holds, holders = the h endpoints holding all d blocks, lambda_p = the demand for that
+//             prefix (core/picker/prefix_demand.h: dispatches for it, decayed over 2 s), and for an
+//             endpoint that does not hold it: premium = (ttft_ms + prefill_imposed_ms) - the same had
+//             it held the d blocks (the cold prefill and its stall; its evictions and KV risk stay
+//             charged in full), steady = cost_ms with the prefill queued ahead removed (Q, Q2 = 0) had
+//             it held them, and saving = max(0, the lowest steady of the holders (cost_ms, Q and Q2
+//             removed) - steady). The prefill ahead is removed because it drains within steps (a
+//             burst's leader still in prefill at the holder is not a load its followers will keep
+//             meeting); the batch (B, with the queued requests that will join it) and its KV read
+//             are what persist:
+//               copy_credit_ms = fit x min(premium, lambda_p x O x itl_ms x saving / (h + 1)),
+//               fit = min(1, F / (C_d - C + O))   (C_d: the d blocks' tokens)
+//             fit: only the part of the copy the endpoint's prefix cache has free room for earns
+//             credit; what must evict displaces prefixes whose own demand is not known here (under
+//             KV pressure copying popular prefixes filled the KV: kv_pressure, round 7).
+//             lambda_p x O x itl_ms requests for the prefix arrive while this request decodes there
+//             (holding the copy in the KV); spread over h + 1 holders instead of h, each saves about
+//             saving / (h + 1) (a holder's batch shrinks by 1 / (h + 1); saving is the gap between a
+//             loaded holder and an endpoint without that load). The cap: the credit refunds at most
+//             the cold prefill's premium. 0 for holders, for a prefix no one holds, and before a prefix is asked
+//             for twice. It is what spreads a hot prefix without a threshold: the credit grows with
+//             the prefix's demand and with the holders' load, and shrinks as holders are added.
+//             Without it (round 6) a hot prefix stayed on 2 of 8 replicas where cache_aware used 3
+//             (TTFT p90 52 vs 33 ms; bench/results/README.md, round 7).
+//
 // What falls out: a hot prefix stays where it is cached while its decoders there cost less than a
 // cold prefill elsewhere (prefill_imposed grows with the cold endpoint's batch, interference and
 // decode with the warm one's K and B), and is copied to another endpoint, paying the cold prefill
@@ -123,6 +152,7 @@
 #include "core/config.h"
 #include "core/picker/policy.h"
 #include "core/picker/policy_params.h"
+#include "core/picker/prefix_demand.h"
 #include "core/picker/prefix_tracker.h"
 
 namespace sluice {
@@ -147,8 +177,9 @@ struct SluiceParams {
 struct SluiceCost {
   double ttft_ms = 0, decode_ms = 0, interference_ms = 0, prefill_imposed_ms = 0, kv_ms = 0, adapter_ms = 0;
   double eviction_ms = 0;
+  double copy_credit_ms = 0;  // the share of a cold copy's premium its future users repay (evaluate())
   double total() const {
-    return ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms + eviction_ms;
+    return ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms + eviction_ms - copy_credit_ms;
   }
 };
 
@@ -197,6 +228,7 @@ class SluicePolicy : public Policy {
     prefix_.reset(count);
     rate_ = PrefillRate{};
     endpoint_input_.clear();
+    demand_.clear();
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
@@ -219,6 +251,11 @@ class SluicePolicy : public Policy {
     int64_t cached = 0;
     double itl_ms = 0;
     double score = 0;  // -cost.total(), less kMissesSlo when it misses the SLO (the candidate's score)
+    double total = 0;  // cost.total() before the copy credit
+    double itl = 0;    // itl_ms
+    // The copy credit's: the cold copy's premium (-1: a holder, or no demand) and the steady cost.
+    double premium = -1, steady = 0;
+    double free = 0, copy_tokens = 0;  // F, and the tokens the copy allocates (C_d - C + O)
     bool fresh = false, saturated = false, meets_slo = true;
   };
   // Uncached tokens dispatched to one endpoint per ms, smoothed (the prefill duty's input).
@@ -250,6 +287,12 @@ class SluicePolicy : public Policy {
     double per_ms = 0;
   };
   std::vector<EndpointInput> endpoint_input_;
+  // The demand for each cached prefix (the copy credit's lambda_p), and the key of the last
+  // evaluated request's cached prefix with that request's text (on_dispatch counts it).
+  PrefixDemand demand_;
+  uint64_t last_key_ = 0;
+  const char* last_text_ = nullptr;
+  size_t last_text_size_ = 0;
   double pool_arrivals(size_t endpoints) const;           // the pool's mean, per endpoint
   double arrivals_of(size_t i, double pool) const;
 };

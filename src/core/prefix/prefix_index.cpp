@@ -294,17 +294,20 @@ void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> ma
   }
 }
 
-void PrefixIndex::match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
-                             std::span<uint32_t> matched) const {
+uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
+                                 std::span<uint32_t> matched) const {
   const size_t ne = std::min(matched.size(), lrus_.size());
   if (ne > 64 || block_chars == 0) {
     std::vector<uint64_t> blocks;
     hash_blocks(text, block_chars, seed, max_blocks, blocks);
     match(blocks, matched);
-    return;
+    uint32_t deepest = 0;
+    for (const uint32_t m : matched) deepest = std::max(deepest, m);
+    return deepest > 0 && deepest <= blocks.size() ? blocks[deepest - 1] : 0;
   }
   std::fill(matched.begin(), matched.end(), 0u);
-  if (ne == 0 || entries_ == 0) return;
+  if (ne == 0 || entries_ == 0) return 0;
+  uint64_t deepest = 0;
   const size_t total = std::min(text.size() / block_chars, max_blocks);
   const size_t n = slots_.size();
   uint64_t running = ne == 64 ? ~uint64_t{0} : (uint64_t{1} << ne) - 1;
@@ -333,9 +336,11 @@ void PrefixIndex::match_text(std::string_view text, size_t block_chars, uint64_t
       for (uint64_t dropped = running & ~mask; dropped; dropped &= dropped - 1)
         matched[static_cast<size_t>(__builtin_ctzll(dropped))] = static_cast<uint32_t>(i);
       running &= mask;
+      if (running) deepest = hashes[k];
     }
   }
   for (; running; running &= running - 1) matched[static_cast<size_t>(__builtin_ctzll(running))] = static_cast<uint32_t>(i);
+  return deepest;
 }
 
 void PrefixIndex::purge(size_t endpoint) {

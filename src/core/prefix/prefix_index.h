@@ -62,9 +62,11 @@ class PrefixIndex {
   // endpoints()). Const: does not refresh recency.
   void match(std::span<const uint64_t> blocks, std::span<uint32_t> matched) const;
   // The same for a text, hashing it in chunks of 32 blocks and stopping as soon as no endpoint
-  // matches any more (a miss costs one chunk of hashing, not the whole prompt).
-  void match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
-                  std::span<uint32_t> matched) const;
+  // matches any more (a miss costs one chunk of hashing, not the whole prompt). Returns the chained
+  // hash of the deepest block some endpoint holds (it names the longest cached prefix: every block
+  // before it is in the chain), 0 when none matched.
+  uint64_t match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
+                      std::span<uint32_t> matched) const;
   // Endpoint `e` was sent a request with these blocks: it will hold them (most recent first).
   void learn(size_t endpoint, std::span<const uint64_t> blocks);
   void purge(size_t endpoint);

@@ -254,3 +254,71 @@ TEST(SluicePolicy, RankRotationIsTheModuloItReplaced) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// The copy credit: endpoint 0 holds a 6,000-token prefix and decodes 60 long sequences; endpoint 1
+// is idle. Alone, the request costs ~29 ms at the holder and ~167 ms cold at endpoint 1, so a single
+// request stays. When the prefix's demand (lambda_p) is high enough that the requests arriving while
+// this one holds a copy repay its cold premium, the copy is made (the credit is capped at that
+// premium: a cold copy is never priced below a warm one).
+TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  pool.loads[0].in_flight = 60;
+  pool.loads[0].live_context_tokens = 60 * 6000;
+  pool.loads[0].decode_tokens = 60 * 100;
+  const std::string text = prompt('h', 24000) + prompt('q', 800);  // 6,000 + 200 tokens
+  const auto req = testing::chat(text);
+  auto v = pool.views();
+  std::vector<Candidate> out;
+  p.on_dispatch(req, 0, Time{});  // endpoint 0 learns the prefix (no match yet: no demand counted)
+  p.rank(req, v, Time{}, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].endpoint, 0u) << "no demand yet: the holder";
+  std::vector<Explanation> ex;
+  p.explain(req, v, Time{}, ex);
+  auto term = [&](size_t e, std::string_view name) {
+    for (auto& t : ex[e].terms)
+      if (t.name == name) return t.value;
+    return -1.0;
+  };
+  EXPECT_EQ(term(1, "copy_credit_ms"), 0.0);
+  // 10 dispatches: lambda_p = 10 / 2 s, ~4.5 requests repay part of the premium, not enough.
+  for (int i = 0; i < 10; ++i) {
+    p.rank(req, v, Time{}, out);
+    p.on_dispatch(req, 0, Time{});
+  }
+  p.explain(req, v, Time{}, ex);
+  const double some = term(1, "copy_credit_ms");
+  EXPECT_GT(some, 0.0);
+  p.rank(req, v, Time{}, out);
+  EXPECT_EQ(out[0].endpoint, 0u) << "credit " << some;
+  // 60 in all: the future users repay the whole premium; the cold endpoint is now the cheaper.
+  for (int i = 0; i < 50; ++i) {
+    p.rank(req, v, Time{}, out);
+    p.on_dispatch(req, 0, Time{});
+  }
+  p.explain(req, v, Time{}, ex);
+  EXPECT_GT(term(1, "copy_credit_ms"), some);
+  EXPECT_EQ(term(0, "copy_credit_ms"), 0.0) << "the holder gets no credit";
+  p.rank(req, v, Time{}, out);
+  EXPECT_EQ(out[0].endpoint, 1u);
+  // The credit never prices the copy below the warm cost: cost_ms >= the ttft of a warm 200-token prefill.
+  EXPECT_GT(term(1, "cost_ms"), 5.5);
+
+  // The same demand, but endpoint 1's prefix cache is full (its KV holds 64 blocks, all taken by
+  // another prompt): the copy would evict prefixes whose demand is unknown, so it earns no credit.
+  pool.signals[1].kv_capacity_blocks = 64;
+  const std::string other = prompt('o', 64 * 64);
+  p.rank(testing::chat(other), v, Time{}, out);  // adopt the capacity
+  p.on_dispatch(testing::chat(other), 1, Time{});
+  p.explain(req, v, Time{}, ex);
+  EXPECT_EQ(term(1, "copy_credit_ms"), 0.0);
+  p.rank(req, v, Time{}, out);
+  EXPECT_EQ(out[0].endpoint, 0u);
+}
+
+}  // namespace
+}  // namespace sluice

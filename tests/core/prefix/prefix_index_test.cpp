@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <list>
 #include <map>
 #include <random>
@@ -188,8 +190,11 @@ void random_against_model(size_t endpoints) {
                         std::string(64 * 40, 'z');
     auto pb = blocks_of(probe);
     std::vector<uint32_t> mt(endpoints);
-    idx.match_text(probe, 64, PrefixIndex::seed("m", "", ""), 1 << 20, mt);
+    const uint64_t deepest = idx.match_text(probe, 64, PrefixIndex::seed("m", "", ""), 1 << 20, mt);
     ASSERT_EQ(mt, match(idx, pb)) << "step " << step;
+    // It names the longest cached prefix: the hash of the deepest block any endpoint holds.
+    const uint32_t depth = *std::max_element(mt.begin(), mt.end());
+    ASSERT_EQ(deepest, depth > 0 ? pb[depth - 1] : 0u) << "step " << step;
   }
   size_t total = 0;
   for (size_t e = 0; e < endpoints; ++e) {
