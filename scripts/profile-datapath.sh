@@ -2,6 +2,7 @@
 # Instruction profile of the data path (callgrind counts instructions: repeatable on a loaded machine).
 # nginx serves a canned completion; sluice (1 worker) runs under valgrind; N small requests over one
 # keep-alive connection. Usage: scripts/profile-datapath.sh [sluice] [N=3000]. Ports 18431-18433.
+# BODY_BYTES=225280: the user message is that long instead (bench-overhead.sh's long prompt, prose).
 set -eu
 sluice=${1:-build-release/sluice}; n=${2:-3000}
 tmp=$(mktemp -d /tmp/sluice-profile.XXXXXX); mkdir -p $tmp/nginx/logs; chmod a+rx $tmp
@@ -28,9 +29,14 @@ models:
 CONF
 valgrind --tool=callgrind --callgrind-out-file=$tmp/cg.out $sluice serve -c $tmp/s.yaml --access-log off --log-level warn 2>$tmp/vg.log & sl=$!
 for i in $(seq 100); do curl -s -o /dev/null localhost:18432/healthz && break; sleep 0.2; done
-python3 - "$n" "$request" <<'PY'
-import http.client, sys
-n, body = int(sys.argv[1]), sys.argv[2]
+printf '%s' "$request" > $tmp/request.json
+python3 - "$n" "$tmp/request.json" "${BODY_BYTES:-0}" <<'PY'
+import http.client, json, sys
+n, body, long = int(sys.argv[1]), open(sys.argv[2]).read(), int(sys.argv[3])
+if long:
+    r = json.loads(body)
+    r["messages"][1]["content"] = ("the quick brown fox jumps over the lazy dog while the fleet routes tokens " * (long // 70 + 1))[:long]
+    body = json.dumps(r)
 c = http.client.HTTPConnection("127.0.0.1", 18432)
 for i in range(n):
     c.request("POST", "/v1/chat/completions", body=body, headers={"content-type": "application/json"})

@@ -92,6 +92,18 @@ TEST(RequestParse, BadInputGivesClear400) {
   }
 }
 
+// Invalid UTF-8 anywhere in the body is refused with a message that says so: in the prompt, in a
+// member the parser skips, after the root value (simdjson's stage 1 validates every byte).
+TEST(RequestParse, InvalidUtf8AnywhereIsNamed) {
+  for (const std::string body : {std::string("{\"model\":\"m\",\"prompt\":\"a\xc3\x28\"}"),
+                                 std::string("{\"model\":\"m\",\"prompt\":\"a\",\"user\":\"\xff\"}"),
+                                 std::string("{\"model\":\"m\",\"prompt\":\"a\"} \xff")}) {
+    auto r = parse_request(ApiKind::completion, body);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error.message.find("UTF-8"), std::string::npos) << r.error.message;
+  }
+}
+
 // The structure scan (depth limit, trailing content) skips strings' contents: brackets, escaped
 // quotes and escaped backslashes inside a string are text, whatever their number.
 TEST(RequestParse, StructureScanSkipsStringContents) {
@@ -111,6 +123,15 @@ TEST(RequestParse, StructureScanSkipsStringContents) {
   auto escaped = parse_request(ApiKind::completion, R"({"model":"m","prompt":"\"}\"}"})");
   ASSERT_TRUE(escaped.ok()) << escaped.error.message;
   EXPECT_EQ(escaped.request->prompt, "\"}\"}");
+
+  // The parity of the backslashes before a quote decides: three (an escaped backslash, then an
+  // escaped quote) keep the string open, four (two escaped backslashes) end it.
+  auto odd = parse_request(ApiKind::completion, R"({"model":"m","prompt":"a\\\"} ["})");
+  ASSERT_TRUE(odd.ok()) << odd.error.message;
+  EXPECT_EQ(odd.request->prompt, "a\\\"} [");
+  auto even = parse_request(ApiKind::completion, R"({"model":"m","prompt":"a\\\\"} ["})");
+  ASSERT_FALSE(even.ok());
+  EXPECT_NE(even.error.message.find("trailing"), std::string::npos) << even.error.message;
 
   // Nesting outside strings still counts, inside a long text-heavy body.
   const std::string deep = "{\"model\":\"m\",\"prompt\":\"" + std::string(100000, 'x') + "\",\"x\":" +
