@@ -13,6 +13,7 @@
 
 namespace sluice {
 namespace od = simdjson::ondemand;
+using namespace std::string_view_literals;  // key == "model"sv: the literal's length is known when compiled
 
 std::string_view to_string(ApiKind k) {
   switch (k) {
@@ -168,11 +169,11 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
     if (auto err = field.unescaped_key().get(key)) return err;
     od::value v;
     if (auto err = field.value().get(v)) return err;
-    if (key == "role") {
+    if (key == "role"sv) {
       std::string_view s;
       if (auto err = v.get_string().get(s)) return err;
       m.role.assign(s);
-    } else if (key == "content") {
+    } else if (key == "content"sv) {
       od::json_type t;
       if (auto err = v.type().get(t)) return err;
       if (t == od::json_type::null) continue;
@@ -194,11 +195,11 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
             od::value pv;
             if (auto err = pf.unescaped_key().get(pk)) return err;
             if (auto err = pf.value().get(pv)) return err;
-            if (pk == "text") {
+            if (pk == "text"sv) {
               std::string_view text;
               if (auto err = pv.get_string().get(text)) return err;
               m.content.append(text);
-            } else if (pk == "image_url" || pk == "input_audio") {
+            } else if (pk == "image_url"sv || pk == "input_audio"sv) {
               od::object media;
               if (auto err = pv.get_object().get(media)) return err;
               for (auto mf : media) {
@@ -213,7 +214,7 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
       } else {
         return simdjson::INCORRECT_TYPE;
       }
-    } else if (key == "name" || key == "tool_call_id") {
+    } else if (key == "name"sv || key == "tool_call_id"sv) {
       std::string_view s;  // part of what the engine renders
       if (!v.get_string().get(s)) m.content.append(s);
     }
@@ -236,7 +237,7 @@ simdjson::error_code append_part(od::object part, std::string& out) {
     if (auto err = pf.value().get(pv)) return err;
     od::json_type t;
     if (auto err = pv.type().get(t)) return err;
-    if (t == od::json_type::string && pk != "type") {
+    if (t == od::json_type::string && pk != "type"sv) {
       std::string_view text;
       if (auto err = pv.get_string().get(text)) return err;
       out.append(text);
@@ -259,11 +260,11 @@ simdjson::error_code read_input_item(od::object obj, ChatMessage& m) {
     if (auto err = field.value().get(v)) return err;
     od::json_type t;
     if (auto err = v.type().get(t)) return err;
-    if (key == "role" || key == "type") {
+    if (key == "role"sv || key == "type"sv) {
       std::string_view s;
       if (auto err = v.get_string().get(s)) return err;
-      (key == "role" ? m.role : type).assign(s);
-    } else if (key == "content" && t == od::json_type::array) {
+      (key == "role"sv ? m.role : type).assign(s);
+    } else if (key == "content"sv && t == od::json_type::array) {
       od::array parts;
       if (auto err = v.get_array().get(parts)) return err;
       for (auto p : parts) {
@@ -271,7 +272,7 @@ simdjson::error_code read_input_item(od::object obj, ChatMessage& m) {
         if (auto err = p.get_object().get(part)) return err;
         if (auto err = append_part(part, m.content)) return err;
       }
-    } else if (t == od::json_type::string && key != "id" && key != "status") {
+    } else if (t == od::json_type::string && key != "id"sv && key != "status"sv) {
       std::string_view s;  // content, output, arguments, name, call_id: what the engine renders
       if (auto err = v.get_string().get(s)) return err;
       m.content.append(s);
@@ -367,8 +368,9 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
   std::optional<int64_t> best_of_value;     // best_of
   int pooled_fields = 0;                    // rerank: query + documents; score: text_1 + text_2
 
-  auto fail = [&](std::string msg, std::string param = {}) {
-    result.error = bad(std::move(msg), std::move(param));
+  // param: the field (a client-chosen key, echoed truncated only when there is an error to answer).
+  auto fail = [&](std::string msg, std::string_view param = {}) {
+    result.error = bad(std::move(msg), truncate_echo(param));
     return result;
   };
 
@@ -390,9 +392,9 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
     if (field.unescaped_key().get(key)) return fail("We could not parse the JSON body of your request.");
     od::value v;
     if (field.value().get(v)) return fail("We could not parse the JSON body of your request.");
-    const std::string param = truncate_echo(key);
+    const std::string_view param = key;
 
-    if (key == "model") {
+    if (key == "model"sv) {
       if (have_model) return fail("'model' is given more than once.", param);
       std::string_view raw = trim_right(v.raw_json_token()), s;
       if (v.get_string().get(s)) return fail("'model' must be a string.", param);
@@ -402,12 +404,12 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       req.model_value_offset = static_cast<size_t>(raw.data() - padded.data());
       req.model_value_length = raw.size();
       have_model = true;
-    } else if (key == "stream") {
+    } else if (key == "stream"sv) {
       od::json_type t;
       if (v.type().get(t)) return fail("'stream' must be a boolean.", param);
       if (t == od::json_type::null) continue;
       if (v.get_bool().get(req.stream)) return fail("'stream' must be a boolean.", param);
-    } else if (key == "stream_options") {
+    } else if (key == "stream_options"sv) {
       od::json_type t;
       if (v.type().get(t)) return fail("'stream_options' must be an object.", param);
       if (t == od::json_type::null) continue;
@@ -418,14 +420,14 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
         std::string_view k;
         od::value sv;
         if (f.unescaped_key().get(k) || f.value().get(sv)) return fail("'stream_options' is malformed.", param);
-        if (k == "include_usage") {
+        if (k == "include_usage"sv) {
           if (sv.get_bool().get(req.include_usage))
             return fail("'stream_options.include_usage' must be a boolean.", "stream_options.include_usage");
         } else if (consume_value(sv)) {
           return fail("'stream_options' is malformed.", param);
         }
       }
-    } else if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens") {
+    } else if (key == "max_tokens"sv || key == "max_completion_tokens"sv || key == "max_output_tokens"sv) {
       od::json_type t;
       if (v.type().get(t)) return fail(fmt::format("'{}' must be an integer.", key), param);
       if (t == od::json_type::null) continue;
@@ -433,9 +435,10 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       if (v.get_int64().get(n)) return fail(fmt::format("'{}' must be an integer.", key), param);
       if (n < 0) return fail(fmt::format("'{}' must be at least 0, got {}.", key, n), param);
       req.max_output_tokens = max_of(req.max_output_tokens, n);
-    } else if (key == "messages" && kind == ApiKind::chat) {
+    } else if (key == "messages"sv && kind == ApiKind::chat) {
       od::array arr;
       if (v.get_array().get(arr)) return fail("'messages' must be an array of message objects.", param);
+      req.messages.reserve(8);  // most chats; one allocation instead of a regrowth per message
       size_t i = 0;
       for (auto el : arr) {
         od::object mo;
@@ -451,13 +454,13 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
         if (++i > limits.max_messages) return fail("Too many messages.", param);
       }
       have_messages = true;
-    } else if ((key == "prompt" && kind == ApiKind::completion) || (key == "input" && kind == ApiKind::embedding)) {
+    } else if ((key == "prompt"sv && kind == ApiKind::completion) || (key == "input"sv && kind == ApiKind::embedding)) {
       size_t count = 0;
       if (append_text_value(v, req.prompt, count))
         return fail(fmt::format("'{}' must be a string, an array of strings, or an array of token ids.", key), param);
       req.num_inputs = count;
       have_prompt = true;
-    } else if (key == "input" && kind == ApiKind::response) {
+    } else if (key == "input"sv && kind == ApiKind::response) {
       od::json_type t;
       if (v.type().get(t)) return fail("'input' must be a string or an array of input items.", param);
       if (t == od::json_type::string) {
@@ -483,14 +486,14 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
         }
       }
       have_messages = true;
-    } else if (key == "instructions" && kind == ApiKind::response) {
+    } else if (key == "instructions"sv && kind == ApiKind::response) {
       od::json_type t;
       if (v.type().get(t)) return fail("'instructions' must be a string.", param);
       if (t == od::json_type::null) continue;
       std::string_view s;
       if (v.get_string().get(s)) return fail("'instructions' must be a string.", param);
       instructions.assign(s);
-    } else if (key == "previous_response_id" && kind == ApiKind::response) {
+    } else if (key == "previous_response_id"sv && kind == ApiKind::response) {
       od::json_type t;
       if (v.type().get(t)) return fail("'previous_response_id' must be a string.", param);
       if (t == od::json_type::null) continue;
@@ -499,12 +502,12 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       if (s.size() > limits.max_model_bytes)
         return fail(fmt::format("'previous_response_id' is longer than the limit of {} bytes.", limits.max_model_bytes), param);
       req.previous_response_id.assign(s);
-    } else if (key == "store" && kind == ApiKind::response) {
+    } else if (key == "store"sv && kind == ApiKind::response) {
       od::json_type t;
       if (v.type().get(t)) return fail("'store' must be a boolean.", param);
       if (t == od::json_type::null) continue;
       if (v.get_bool().get(req.store)) return fail("'store' must be a boolean.", param);
-    } else if ((key == "n" || key == "best_of") && (kind == ApiKind::chat || kind == ApiKind::completion)) {
+    } else if ((key == "n"sv || key == "best_of"sv) && (kind == ApiKind::chat || kind == ApiKind::completion)) {
       od::json_type t;
       if (v.type().get(t)) return fail(fmt::format("'{}' must be an integer.", key), param);
       if (t == od::json_type::null) continue;
@@ -512,11 +515,11 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       if (v.get_int64().get(n)) return fail(fmt::format("'{}' must be an integer.", key), param);
       if (n < 1 || n > kMaxCompletionsPerRequest)
         return fail(fmt::format("'{}' must be between 1 and {}, got {}.", key, kMaxCompletionsPerRequest, n), param);
-      if (key == "n") n_value = n;
+      if (key == "n"sv) n_value = n;
       else best_of_value = n;
-    } else if ((key == "messages" && kind == ApiKind::tokenize) ||
-               (kind == ApiKind::tokenize && key == "prompt")) {
-      if (key == "prompt") {
+    } else if ((key == "messages"sv && kind == ApiKind::tokenize) ||
+               (kind == ApiKind::tokenize && key == "prompt"sv)) {
+      if (key == "prompt"sv) {
         size_t count = 0;
         if (append_text_value(v, req.prompt, count)) return fail("'prompt' must be a string.", param);
       } else {
@@ -534,23 +537,23 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
         have_messages = true;
       }
       have_prompt = true;
-    } else if ((key == "tokens" && kind == ApiKind::detokenize) ||
-               ((key == "query" || key == "documents") && kind == ApiKind::rerank) ||
-               ((key == "text_1" || key == "text_2") && kind == ApiKind::score)) {
+    } else if ((key == "tokens"sv && kind == ApiKind::detokenize) ||
+               ((key == "query"sv || key == "documents"sv) && kind == ApiKind::rerank) ||
+               ((key == "text_1"sv || key == "text_2"sv) && kind == ApiKind::score)) {
       size_t count = 0;
       if (!req.prompt.empty()) req.prompt.push_back('\n');
       if (append_text_value(v, req.prompt, count))
         return fail(fmt::format("'{}' must be a string, an array of strings, or an array of token ids.", key), param);
-      if (key == "documents" || key == "text_2") req.num_inputs = count;
+      if (key == "documents"sv || key == "text_2"sv) req.num_inputs = count;
       ++pooled_fields;
       have_prompt = true;
-    } else if (key == "user") {
+    } else if (key == "user"sv) {
       std::string_view s;
       if (v.get_string().get(s)) return fail("'user' must be a string.", param);
       req.user.assign(s);
-    } else if (key == "priority") {
+    } else if (key == "priority"sv) {
       if (v.get_int64().get(req.priority.emplace())) return fail("'priority' must be an integer.", param);
-    } else if (key == "cache_salt") {
+    } else if (key == "cache_salt"sv) {
       std::string_view s;
       if (v.get_string().get(s)) return fail("'cache_salt' must be a string.", param);
       req.cache_salt.assign(s);
