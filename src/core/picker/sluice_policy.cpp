@@ -177,6 +177,10 @@ template <bool kItl>
       batch_lag(p, in, duty, batch, true);
       c.decode_ms = O * lag1;
       c.interference_ms = std::min(in.remaining, B * O) * std::max(0.0, lag1 - batch.lag);
+      // The requests that arrive while we decode (lambda x O x itl of them) each wait a step of the
+      // batch for their prefill, longer by what we add to it: their TTFT in plain ms, which the lag
+      // (0 below the SLO's pace) does not see.
+      c.interference_ms += in.arrivals_per_ms * O * w.mean_ms * (with - step0);
     } else if (p.decode_price == 1) {
       // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
       const double lag1 = std::max(0.0, with * duty.stretch - p.itl_slo_ms);

@@ -39,7 +39,15 @@
 //             reached, as the chance of missing it does)
 //   decode_ms = O x lag(itl(B + 1, K + c), sd(B + 1, K + c)),  c = I + O / 2 (its mean context)
 //   interference_ms = min(R, B O) x (lag(B + 1, K + c) - lag(B, K)): the others' tokens produced
-//             while this request decodes, each behind the pace by that much more
+//             while this request decodes, each behind the pace by that much more;
+//             + lambda x O x itl(B + 1, K + c) x (step(B + 1, K + c) - step(B, K)): the requests that
+//             arrive while it decodes (lambda x its decode time of them) each wait about a step of
+//             the batch before their prefill runs, longer by what this request adds to the step, in
+//             their TTFT (plain ms: the lag is 0 below the pace and does not see it). It prices
+//             joining a long-context or crowded batch at light load, where the lag is 0 everywhere.
+//             Without it (bench/results/README.md, round 10), agent sessions at 32 replicas, seed 2,
+//             48 req/s had a TTFT p90 1.07x cache_aware's (1.04x with it), and the hot prefix at 32
+//             replicas, seed 2, 160 req/s stayed on 11 holders (13.5 with it; TTFT p90 29 -> 26 ms).
 //   prefill_imposed_ms = (P + lambda x stall / 2) x stall + D x o x (lag(itl(B, K) + stall / o) - lag(itl(B, K))),
 //             stall = max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2) (the time this prefill
 //             adds to the steps it shares; free under the weight-read floor), o = 2 R / B (a decoder's

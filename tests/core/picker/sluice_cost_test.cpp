@@ -480,6 +480,33 @@ TEST(SluiceSloPrice, DecodeFarFromThePaceCostsNothingNearItItsExpectedLag) {
   EXPECT_NEAR(n.interference_ms, 40 * 150 * (lag1 - lag0), 1e-6);
 }
 
+// The requests that arrive while it decodes (lambda x O x its ITL of them) each wait one step of
+// the batch longer by what it adds to the step, in their TTFT: counted in plain ms even far under
+// the pace, where the lag terms are 0; nothing without arrivals.
+TEST(SluiceSloPrice, ArrivalsDuringTheDecodeWaitALongerStep) {
+  SluiceInputs in;
+  in.input = 20000;
+  in.output = 150;
+  in.capacity_tokens = 1e9;
+  in.decoding = 8;
+  in.kv_read = 8 * 20000;
+  in.remaining = 1e9;
+  EXPECT_LT(sluice_cost(kSlo, in).interference_ms, 1e-9);  // no arrivals: the lag alone, 0 here
+  in.arrivals_per_ms = 0.002;                               // 2 requests/s to this endpoint
+  const double k1 = 8 * 20000 + 20000 + 75;
+  const SluiceItl w = sluice_batch_itl(kSlo, 9, k1, 0);
+  const double step_increase = engine_step(9, k1) - engine_step(8, 8 * 20000);
+  ASSERT_GT(step_increase, 1.0);  // its 20k-token context read every step: ~1 ms
+  const SluiceCost c = sluice_cost(kSlo, in);
+  EXPECT_NEAR(c.interference_ms, 0.002 * 150 * w.mean_ms * step_increase, 1e-6);
+  EXPECT_LT(c.decode_ms, 1e-9);  // its own tokens are still under the pace
+  // Twice the arrivals, twice the price; a short context adds less to the step and costs less.
+  in.arrivals_per_ms = 0.004;
+  EXPECT_NEAR(sluice_cost(kSlo, in).interference_ms, 2 * c.interference_ms, 1e-6);
+  in.input = 200;
+  EXPECT_LT(sluice_cost(kSlo, in).interference_ms, c.interference_ms / 4);
+}
+
 // A 6000-token cold prefill (50 output tokens) joining 20 decoders with 50 tokens left each and 5
 // queued requests, KV unbounded; kColdPrefillStall is the time it adds to the steps it shares.
 SluiceInputs cold_prefill_into_a_short_batch() {
