@@ -454,14 +454,21 @@ TEST(SluiceSloPrice, BatchItlVariesLikeAPoissonCountOfSequences) {
   EXPECT_NEAR(s.sd_ms, b.sd_ms / 0.8, 1e-9);
 }
 
-TEST(SluiceSloPrice, DecodeFarFromThePaceCostsNothingNearItItsExpectedLag) {
+// A 20,000-token agent context (150 output tokens) joining 8 decoders of the same length: ~16 ms a
+// token, far under the 50 ms pace.
+SluiceInputs long_context_joining_eight() {
   SluiceInputs in;
-  in.input = 20000;  // a long agent context
+  in.input = 20000;
   in.output = 150;
   in.capacity_tokens = 1e9;
   in.decoding = 8;
-  in.kv_read = 8 * 20000;  // ~16 ms a token: far under the 50 ms pace
+  in.kv_read = 8 * 20000;
   in.remaining = 1e9;
+  return in;
+}
+
+TEST(SluiceSloPrice, DecodeFarFromThePaceCostsNothingNearItItsExpectedLag) {
+  SluiceInputs in = long_context_joining_eight();
   const SluiceCost c = sluice_cost(kSlo, in);
   EXPECT_LT(c.decode_ms, 1e-9);
   EXPECT_LT(c.interference_ms, 1e-9);
@@ -484,13 +491,7 @@ TEST(SluiceSloPrice, DecodeFarFromThePaceCostsNothingNearItItsExpectedLag) {
 // the batch longer by what it adds to the step, in their TTFT: counted in plain ms even far under
 // the pace, where the lag terms are 0; nothing without arrivals.
 TEST(SluiceSloPrice, ArrivalsDuringTheDecodeWaitALongerStep) {
-  SluiceInputs in;
-  in.input = 20000;
-  in.output = 150;
-  in.capacity_tokens = 1e9;
-  in.decoding = 8;
-  in.kv_read = 8 * 20000;
-  in.remaining = 1e9;
+  SluiceInputs in = long_context_joining_eight();
   EXPECT_LT(sluice_cost(kSlo, in).interference_ms, 1e-9);  // no arrivals: the lag alone, 0 here
   in.arrivals_per_ms = 0.002;                               // 2 requests/s to this endpoint
   const double k1 = 8 * 20000 + 20000 + 75;
