@@ -81,13 +81,7 @@ run() {
     done
     set -- "${args[@]}"
     "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --policy "$ONLY" --json-out "$out/$name.only.json" > "$out/$name.only.txt"
-    python3 - "$out/$name.json" "$out/$name.only.json" "$ONLY" <<'PY'
-import json, sys
-path, only, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-keep = [l for l in open(path) if l.strip() and json.loads(l)["policy"] not in names]
-new = [l for l in open(only) if l.strip()]
-open(path, "w").write("".join(keep + new))
-PY
+    python3 "$root/bench/suite/replace_rows.py" "$out/$name.json" "$out/$name.only.json" "$out/$name.json" "$ONLY"
     rm -f "$out/$name.only.json"
     cmd="$(cat "$out/$name.cmd" 2>/dev/null || echo "$cmd")
 # then the rows of $ONLY replaced by: sluice fleetsim --seed $SEED $* --policy $ONLY   # source: $rev"

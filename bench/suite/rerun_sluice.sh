@@ -20,12 +20,7 @@ for cell in "$@"; do
   read -r -a args <<<"$(head -1 "$results/$cell.cmd" | sed 's/ *#.*//; s/^sluice fleetsim //; s/--policy [^ ]*//')"
   (
     "$SLUICE" fleetsim "${args[@]}" --policy sluice --jobs 1 --json > "$out/$cell.only.json"
-    python3 - "$results/$cell.json" "$out/$cell.only.json" "$out/$cell.json" <<'PY'
-import json, sys
-keep = [l for l in open(sys.argv[1]) if l.strip() and json.loads(l)["policy"] != "sluice"]
-new = [l for l in open(sys.argv[2]) if l.strip().startswith("{")]
-open(sys.argv[3], "w").write("".join(keep + new))
-PY
+    python3 "$root/bench/suite/replace_rows.py" "$results/$cell.json" "$out/$cell.only.json" "$out/$cell.json" sluice
   ) &
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 0.2; done
 done
