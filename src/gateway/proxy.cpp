@@ -25,6 +25,8 @@
 namespace sluice {
 
 namespace http = boost::beast::http;
+using namespace std::string_view_literals;
+
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxBufferedBody = 64u << 20;  // a non-streaming response larger than this is a 502
@@ -510,12 +512,15 @@ std::string RequestLife::upstream_head() const {
   const auto& ep = router_->config().endpoints[guard_.endpoint()];
   std::string head;
   head.reserve(512);
+  // Plain appends, not fmt::format_to: into a std::string through back_inserter, fmt's two calls
+  // here cost ~2.7k instructions per request (callgrind, bench/results/overhead.txt run 15).
+  char num[24];
+  head.append("POST "sv).append(std::string_view(req_.target())).append(" HTTP/1.1\r\nHost: "sv);
   if (ep.host_header.empty())
-    fmt::format_to(std::back_inserter(head), "POST {} HTTP/1.1\r\nHost: {}:{}\r\n", std::string_view(req_.target()),
-                   ep.address.host, ep.address.port);
+    head.append(ep.address.host).append(":"sv).append(num, std::to_chars(num, num + sizeof num, ep.address.port).ptr);
   else  // a TLS endpoint behind its local bridge (tls/): the engine's own name
-    fmt::format_to(std::back_inserter(head), "POST {} HTTP/1.1\r\nHost: {}\r\n", std::string_view(req_.target()),
-                   ep.host_header);
+    head.append(ep.host_header);
+  head.append("\r\n"sv);
   bool has_content_type = false;
   for (const auto& f : req_.base()) {
     const std::string_view name = f.name_string();
@@ -529,7 +534,8 @@ std::string RequestLife::upstream_head() const {
   }
   if (!has_content_type) head += "Content-Type: application/json\r\n";
   if (!ep.authorization.empty()) append_header(head, "Authorization", ep.authorization);
-  fmt::format_to(std::back_inserter(head), "x-request-id: {}\r\nContent-Length: {}\r\n\r\n", rec_.id, body_.size());
+  append_header(head, "x-request-id", rec_.id);
+  head.append("Content-Length: "sv).append(num, std::to_chars(num, num + sizeof num, body_.size()).ptr).append("\r\n\r\n"sv);
   return head;
 }
 

@@ -3,6 +3,8 @@
 // depth is checked up front by a byte scan so a hostile body cannot recurse deeply anywhere.
 #include "core/openai/request.h"
 
+#include "core/openai/json_scan.h"
+
 #include "core/json_escape.h"
 
 #include <simdjson.h>
@@ -63,12 +65,7 @@ ApiError bad(std::string message, std::string param = {}) {
 // One scan over the body: the maximum nesting of [ and { outside strings (stopping early once over
 // `limit`), and whether anything but whitespace follows the root value. Written by hand because
 // simdjson's On Demand front end checks neither for parts it skips; a prompt's bytes are nearly all
-// inside strings, so a string's end is found with memchr for its quotes (glibc's is vectorised: a
-// 220 KB message costs ~10k instructions instead of ~2M byte by byte). A quote ends the string when
-// an even number of backslashes precedes it (each pair is an escaped backslash); the escapes
-// themselves are not searched for, so code pasted into a prompt (an escaped newline or quote every
-// few bytes) costs one memchr per escaped quote, not two per escape. Linear: a run of backslashes
-// is counted once, by the quote that follows it.
+// inside strings, which json_string_end (json_scan.h) crosses with memchr.
 struct Structure {
   size_t max_depth = 0;
   bool trailing = false;
@@ -90,16 +87,8 @@ Structure scan_structure(std::string_view s, size_t limit) {
       continue;
     }
     if (c == '"') {
-      // In a string from p + 1 (start): find the quote that ends it.
-      const char* const start = ++p;
-      for (;;) {
-        const char* quote = static_cast<const char*>(std::memchr(p, '"', static_cast<size_t>(end - p)));
-        if (quote == nullptr) return st;  // unterminated: the parser reports it
-        const char* b = quote;
-        while (b > start && b[-1] == '\\') --b;
-        p = quote + 1;
-        if (((quote - b) & 1) == 0) break;  // not escaped
-      }
+      p = json_string_end(p + 1, end);
+      if (p == nullptr) return st;  // unterminated: the parser reports it
       continue;
     }
     if (c == '[' || c == '{') {

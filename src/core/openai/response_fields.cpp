@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/json_escape.h"
+#include "core/openai/json_scan.h"
 
 namespace sluice {
 namespace od = simdjson::ondemand;
@@ -52,21 +53,21 @@ bool contains(std::string_view hay, std::string_view needle) {
   return ::memmem(hay.data(), hay.size(), needle.data(), needle.size()) != nullptr;
 }
 
-// The `{...}` object that starts at json[i] (strings and escapes honoured), or npos.
+// The `{...}` object that starts at json[i] (strings and escapes honoured), or npos. Strings are
+// crossed with memchr (json_string_end): a byte-by-byte walk cost ~1.5k instructions for a
+// completion's usage object (callgrind, bench/results/overhead.txt run 15).
 size_t object_end(std::string_view json, size_t i) {
   int depth = 0;
-  bool in_string = false;
-  for (; i < json.size(); ++i) {
-    const char c = json[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
+  const char* p = json.data() + i;
+  const char* const end = json.data() + json.size();
+  while (p < end) {
+    const char c = *p++;
+    if (c == '"') {
+      if ((p = json_string_end(p, end)) == nullptr) break;
     } else if (c == '{') {
       ++depth;
     } else if (c == '}' && --depth == 0) {
-      return i + 1;
+      return static_cast<size_t>(p - json.data());
     }
   }
   return std::string_view::npos;
@@ -78,10 +79,22 @@ size_t object_end(std::string_view json, size_t i) {
 // `{"usage":{...}}` for the full parse, which then reads a few dozen bytes instead of the whole
 // response. Anything unexpected: the caller parses the whole document.
 std::optional<std::string_view> usage_member(std::string_view json, size_t& begin) {
-  // Forward search (memchr-based) over the tail, where engines put it; not found: full parse.
-  const size_t from = json.size() > 384 ? json.size() - 384 : 0;
+  // The last key in the tail, where engines put it; not found: full parse. A backward search finds
+  // it within the ~100 bytes of the usage object; string_view::find stopped at every '"' of the tail
+  // and glibc's memmem and string_view::rfind are not vectorised (~1.5k instructions for a small completion, callgrind:
+  // bench/results/overhead.txt run 15).
+  static constexpr std::string_view kKey = "\"usage\"";
+  const char* const first = json.data() + (json.size() > 384 ? json.size() - 384 : 0);
   size_t key = std::string_view::npos;
-  for (size_t at = json.find("\"usage\"", from); at != std::string_view::npos; at = json.find("\"usage\"", at + 1)) key = at;
+  for (const char* end = json.data() + json.size(); end > first;) {  // quote by quote, backwards
+    const auto* q = static_cast<const char*>(::memrchr(first, '"', static_cast<size_t>(end - first)));
+    if (q == nullptr) break;
+    if (json.substr(static_cast<size_t>(q - json.data())).starts_with(kKey)) {
+      key = static_cast<size_t>(q - json.data());
+      break;
+    }
+    end = q;
+  }
   if (key == std::string_view::npos || key == 0 || json[key - 1] == '\\') return std::nullopt;
   size_t i = key + 7;
   while (i < json.size() && is_space(json[i])) ++i;
@@ -98,6 +111,7 @@ std::optional<std::string_view> usage_member(std::string_view json, size_t& begi
 }  // namespace
 
 std::optional<Usage> parse_usage_document(std::string_view json);
+std::optional<Usage> parse_usage_object(std::string_view json);
 
 std::optional<Usage> find_usage(std::string_view json) {
   if (json.size() > 256) {
@@ -105,7 +119,7 @@ std::optional<Usage> find_usage(std::string_view json) {
     if (auto member = usage_member(json, begin)) {
       thread_local std::string small;
       small.assign("{").append(*member).append("}");
-      if (auto u = parse_usage_document(small)) return u;
+      if (auto u = parse_usage_object(small)) return u;
     }
   }
   return parse_usage_document(json);
@@ -162,6 +176,11 @@ bool parse_root(std::string_view json, od::parser& parser, std::string& buffer, 
 // API's response.completed event).
 std::optional<Usage> parse_usage_document(std::string_view json) {
   if (!contains(json, "\"usage\"")) return std::nullopt;
+  return parse_usage_object(json);
+}
+
+// parse_usage_document without the look for the key first (find_usage has found it).
+std::optional<Usage> parse_usage_object(std::string_view json) {
   thread_local od::parser parser;
   thread_local std::string buffer;
   od::document doc;

@@ -49,6 +49,24 @@ TEST(FindUsage, NullOrAbsentOrMalformed) {
   EXPECT_FALSE(find_usage("[DONE]"));
 }
 
+// A completion longer than 256 bytes takes the fast path: the last `"usage"` key in the tail, its object
+// cut out (strings crossed by their unescaped quotes) and parsed alone.
+TEST(FindUsage, LongCompletionUsageObjectCutOutWithStringsHonoured) {
+  const std::string content(300, 'x');
+  // A string inside usage holding braces, an escaped quote and an escaped backslash before its end.
+  auto u = find_usage(R"({"id":"c","choices":[{"message":{"content":")" + content +
+                      R"("}}],"usage":{"note":"a } \" { \\","prompt_tokens":40,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":32}},"x":1})");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->prompt_tokens, 40);
+  EXPECT_EQ(u->completion_tokens, 7);
+  EXPECT_EQ(u->cached_tokens, 32);
+  // The key only inside the content (escaped quotes around it): not a usage object.
+  EXPECT_FALSE(find_usage(R"({"id":"c","choices":[{"message":{"content":")" + content +
+                          R"( \"usage\":{\"prompt_tokens\":1}"}}]})"));
+  // An unterminated string inside the usage object: no usage, no crash.
+  EXPECT_FALSE(find_usage(R"({"id":"c","content":")" + content + R"(","usage":{"note":"open \"})"));
+}
+
 TEST(CarriesTokens, ClassifiesStreamData) {
   EXPECT_TRUE(carries_tokens(R"({"choices":[{"delta":{"content":"hi"}}]})"));
   EXPECT_FALSE(carries_tokens(R"({"choices":[],"usage":{}})"));
