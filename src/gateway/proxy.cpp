@@ -355,8 +355,8 @@ asio::awaitable<void> RequestLife::forward_and_relay(std::vector<Candidate> cand
     failure_->error.param = "previous_response_id";
   }
   if (placed) {
-    const auto ct = up_->response()[http::field::content_type];
-    if (ct.size() >= 17 && iequals(ct.substr(0, 17), "text/event-stream")) co_await relay_stream();
+    const auto ct = field_value(up_->response(), http::field::content_type);
+    if (ct.size() >= 17 && iequals(ct.substr(0, 17), "text/event-stream"sv)) co_await relay_stream();
     else co_await relay_buffered();
   }
   if (failure_) co_await respond_failure();
