@@ -5,6 +5,9 @@
 # `sluice bench`), with the same replicas, KV blocks, seed, request count and rates. Prints one table per
 # workload: goodput live and in fleetsim, their ratio, and each side's ranking of the policies.
 # Goal: the live ranking matches fleetsim's, and every live goodput is within 15% of fleetsim's.
+# The last column is the engine time the live simulator's step schedule gave up because the host woke
+# it too late (sluice_sim_schedule_lag_dropped_seconds_total, summed over the replicas): GPU time the
+# live fleet lost that fleetsim's never does.
 #
 # Usage: scripts/bench-live-vs-fleetsim.sh [sluice] [out-prefix]  (default build-release/sluice,
 #        bench/results/live-vs-fleetsim). Env: POLICIES, REQUESTS (600), REPLICAS (4), KV_BLOCKS (1500).
@@ -41,15 +44,17 @@ for line in open(fs_path):
     if line.strip():
         j = json.loads(line)
         fs[(j["policy"], float(j["offered_rate"]))] = j["figures"]["goodput_rps"]
-live = {}
+live, lag = {}, {}
 for line in open(live_path):
     if line.strip():
         j = json.loads(line)
-        live[(j["label"].split(":", 1)[1], float(j["offered_rate"]))] = j["figures"]["goodput_rps"]
+        key = (j["label"].split(":", 1)[1], float(j["offered_rate"]))
+        live[key] = j["figures"]["goodput_rps"]
+        lag[key] = j.get("sim_lag_dropped_s")  # engine time the live simulator lost to a loaded host
 rates = sorted({r for _, r in fs})
 print(f"\n### {name}: {workload}\n")
-print("| rate | policy | fleetsim goodput | live goodput | live / fleetsim | fleetsim rank | live rank |")
-print("|---|---|---|---|---|---|---|")
+print("| rate | policy | fleetsim goodput | live goodput | live / fleetsim | fleetsim rank | live rank | live simulator behind (s) |")
+print("|---|---|---|---|---|---|---|---|")
 worst, rank_ok = 1.0, True
 for r in rates:
     pols = [p for p, rr in fs if rr == r]
@@ -59,7 +64,9 @@ for r in rates:
         f, l = fs[(p, r)], live.get((p, r), 0.0)
         ratio = l / f if f > 0 else float("nan")
         worst = min(worst, ratio) if f > 0 else worst
-        print(f"| {r:g} | {p} | {f:.2f} | {l:.2f} | {ratio:.2f} | {fs_rank[p]} | {live_rank[p]} |")
+        behind = lag.get((p, r))
+        print(f"| {r:g} | {p} | {f:.2f} | {l:.2f} | {ratio:.2f} | {fs_rank[p]} | {live_rank[p]} | "
+              f"{'-' if behind is None else f'{behind:.2f}'} |")
     # Rankings agree when every pair whose fleetsim goodputs differ by more than 15% is ordered alike.
     for a in pols:
         for b in pols:

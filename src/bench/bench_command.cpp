@@ -38,6 +38,9 @@ struct Flags {
 
 struct PrefixCounters {
   double queries = 0, hits = 0;
+  // `sluice sim`'s engine time lost to late wake-ups (sim/replica.h), summed over the replicas: a
+  // live run on a loaded host whose simulator fell behind the step schedule; absent from real engines.
+  double lag_dropped_s = 0;
   size_t read = 0;
 };
 
@@ -50,7 +53,10 @@ PrefixCounters read_counters(const std::vector<std::string>& urls) {
       fmt::print(stderr, "bench: metrics {}: {}\n", u, err);
       continue;
     }
-    auto m = map_engine_metrics(parse_prom_text(text), EngineKind::vllm);
+    const auto prom = parse_prom_text(text);
+    for (const auto& sample : prom.samples)
+      if (sample.name == "sluice_sim_schedule_lag_dropped_seconds_total") c.lag_dropped_s += sample.value;
+    auto m = map_engine_metrics(prom, EngineKind::vllm);
     if (!m.recognized) {
       fmt::print(stderr, "bench: metrics {}: {}\n", u, m.error);
       continue;
@@ -149,10 +155,16 @@ int run(const Flags& f_in) {
       fmt::print(stderr, "  {} @ {}: {} requests in {:.1f} s, status{}\n", f.label, arr.describe(), fig.requests,
                  result.wall_seconds, statuses);
     }
+    const double lag_dropped = after.lag_dropped_s - before.lag_dropped_s;
+    if (!f.json && lag_dropped > 0)
+      fmt::print(stderr, "  the simulated fleet fell behind its step schedule: {:.2f} s of engine time lost (a loaded host)\n",
+                 lag_dropped);
     std::string line = "{\"label\":" + json_string(f.label) + ",\"url\":" + json_string(f.url) +
                        ",\"workload\":" + json_string(description) + ",\"arrivals\":" + json_string(arr.describe()) +
                        fmt::format(",\"offered_rate\":{},\"seed\":{},\"time_scale\":{},\"wall_s\":{:.3f},", closed ? 0.0 : rate,
                                    f.seed, f.time_scale, result.wall_seconds) +
+                       (f.metrics_urls.empty() ? std::string()
+                                               : fmt::format("\"sim_lag_dropped_s\":{:.3f},", lag_dropped)) +
                        "\"figures\":" + workload::to_json(fig) + "}";
     json_lines += line + "\n";
     if (f.json) fmt::print("{}\n", line);

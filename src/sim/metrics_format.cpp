@@ -169,6 +169,9 @@ std::string render_metrics(MetricsFlavor flavor, const MetricsInput& in) {
     case MetricsFlavor::trtllm: render_trtllm(w, in); break;
   }
   render_dcgm(w, in);
+  w.family("sluice_sim_schedule_lag_dropped_seconds_total", "counter",
+           "Engine time the simulator's step schedule gave up because the host woke it too late.");
+  w.sample("sluice_sim_schedule_lag_dropped_seconds_total", std::string_view{}, in.lag_dropped_s);
   return out;
 }
 

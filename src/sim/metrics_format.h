@@ -6,7 +6,8 @@
 // `vllm:lora_requests_info` (only with LoRA enabled, no model_name label) has the unix time of
 // its last update as value, with one sample per label set seen recently (readers take the largest).
 // All flavours add the duty cycle as DCGM_FI_PROF_GR_ENGINE_ACTIVE (fraction) and
-// DCGM_FI_DEV_GPU_UTIL (percent).
+// DCGM_FI_DEV_GPU_UTIL (percent), and the simulator's own sluice_sim_schedule_lag_dropped_seconds_total
+// (engine time lost to a host too loaded to keep the step schedule; what `sluice bench` reports).
 #pragma once
 #include <optional>
 #include <string>
@@ -44,6 +45,7 @@ struct MetricsInput {
   int max_loras = 0;  // 0 = LoRA disabled
   const LoraInfoHistory* lora = nullptr;
   double duty_cycle = 0;  // fraction of recent time spent in steps
+  double lag_dropped_s = 0;  // engine time the step schedule gave up to late wake-ups (replica.h)
 };
 
 std::string render_metrics(MetricsFlavor flavor, const MetricsInput& in);

@@ -125,7 +125,9 @@ asio::awaitable<void> Replica::step_loop() {
   Time planned_end = now();
   while (!stopped_) {
     const Time t_now = now();
-    const Time t_start = t_now - planned_end > kMaxLag ? t_now : std::max(planned_end, Time{0});
+    const bool restart = t_now - planned_end > kMaxLag;
+    const Time t_start = restart ? t_now : std::max(planned_end, Time{0});
+    if (restart && engine_.has_work()) lag_dropped_ += t_now - planned_end;
     std::optional<Duration> d;
     if (engine_.has_work()) d = engine_.begin_step(std::min(t_start, t_now));
     if (!d) {
@@ -187,6 +189,7 @@ std::string Replica::metrics_text() {
   in.max_loras = cfg_.engine.max_loras;
   in.lora = &lora_info_;
   in.duty_cycle = duty_.fraction(t, stats.busy_time);
+  in.lag_dropped_s = to_seconds(lag_dropped_);
   return render_metrics(cfg_.metrics_flavor, in);
 }
 

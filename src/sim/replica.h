@@ -110,6 +110,10 @@ class Replica {
   int64_t created_unix_ = 0;
   bool stopped_ = false;
   bool idle_ = false;
+  // Engine time the step schedule gave up because the machine woke the loop too late (more than
+  // kMaxLag behind): time the simulated GPU did not work, which a loaded host costs a live run and
+  // fleetsim never pays. Exported as sluice_sim_schedule_lag_dropped_seconds_total.
+  Duration lag_dropped_{0};
 
   std::mt19937_64 rng_;
   engine::RequestId next_id_ = 1;

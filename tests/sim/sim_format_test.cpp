@@ -192,6 +192,7 @@ TEST(SimMetricsFormat, VllmNamesTypesAndBuckets) {
   in.max_loras = 4;
   in.lora = &lora;
   in.duty_cycle = 0.5;
+  in.lag_dropped_s = 1.25;
   const std::string t = render_metrics(MetricsFlavor::vllm, in);
   auto has = [&](std::string_view s) { return t.find(s) != std::string::npos; };
   EXPECT_TRUE(has("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3.0\n"));
@@ -211,6 +212,7 @@ TEST(SimMetricsFormat, VllmNamesTypesAndBuckets) {
   EXPECT_TRUE(has("vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"a,b\",waiting_lora_adapters=\"c\"} 200.0"));
   EXPECT_TRUE(has("vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"a\",waiting_lora_adapters=\"\"} 100.0"));
   EXPECT_TRUE(has("DCGM_FI_PROF_GR_ENGINE_ACTIVE{device=\"nvidia0\",gpu=\"0\""));
+  EXPECT_TRUE(has("# TYPE sluice_sim_schedule_lag_dropped_seconds_total counter\nsluice_sim_schedule_lag_dropped_seconds_total 1.25\n"));
   in.max_loras = 0;
   EXPECT_EQ(render_metrics(MetricsFlavor::vllm, in).find("lora_requests_info"), std::string::npos);
   const std::string sg = render_metrics(MetricsFlavor::sglang, in);
