@@ -355,7 +355,7 @@ asio::awaitable<void> RequestLife::forward_and_relay(std::vector<Candidate> cand
     failure_->error.param = "previous_response_id";
   }
   if (placed) {
-    const auto ct = field_value(up_->response(), http::field::content_type);
+    const auto ct = up_->response().value(http::field::content_type);
     if (ct.size() >= 17 && iequals(ct.substr(0, 17), "text/event-stream"sv)) co_await relay_stream();
     else co_await relay_buffered();
   }
@@ -456,7 +456,7 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, size_t candidates, bool 
     rec_.status = up_->status();
     report_attempt(attempt_result_of_status(rec_.status));
     if (rec_.status != 502 && rec_.status != 503) co_return Attempt{Attempt::Next::relay};
-    const auto wait = upstream_retry_after(up_->response());
+    const auto wait = parse_retry_after(up_->response().value("retry-after-ms"), up_->response().value(http::field::retry_after));
     if ((wait && *wait > router_->config().retry.max_retry_after) || !may_retry(i + 1, candidates))
       co_return Attempt{Attempt::Next::relay};  // pass the upstream's answer on
     spdlog::debug("request {}: {} answered {}, retrying", rec_.id, rec_.endpoint, rec_.status);
@@ -547,18 +547,17 @@ asio::awaitable<bool> RequestLife::write_client(std::string_view a, std::string_
 }
 
 std::string RequestLife::response_head_from_upstream(bool chunked, size_t content_length) {
-  const auto& res = up_->response();
+  const UpstreamResponse& res = up_->response();
   std::string head;
   head.reserve(384);
-  auto reason = res.reason();
   char num[24];
   head.append("HTTP/1.1 ", 9);
-  head.append(num, std::to_chars(num, num + sizeof num, res.result_int()).ptr);
-  head.append(" ", 1).append(std::string_view(reason.data(), reason.size())).append("\r\n", 2);
-  for (const auto& f : res.base()) {
-    const std::string_view name = f.name_string();
-    if (is_hop_by_hop(f.name(), name)) continue;
-    append_header(head, name, f.value());
+  head.append(num, std::to_chars(num, num + sizeof num, res.status()).ptr);
+  head.append(" ", 1).append(res.reason()).append("\r\n", 2);
+  for (size_t i = 0; i < res.field_count(); ++i) {
+    const auto f = res.field(i);
+    if (is_hop_by_hop(f.name, f.name_string)) continue;
+    append_header(head, f.name_string, f.value);
   }
   append_header(head, "x-request-id", rec_.id);
   if (const HeaderList* extra = ticket_ ? ticket_->response_headers() : nullptr)

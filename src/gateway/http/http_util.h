@@ -32,16 +32,6 @@ bool is_hop_by_hop(std::string_view name);
 // The same by Beast's field enum first (one switch for the known names; the name for the rest).
 bool is_hop_by_hop(boost::beast::http::field f, std::string_view name);
 
-// The first value of a known field, by walking the fields and comparing Beast's enum: a message holds
-// a handful of fields, and basic_fields::operator[] looks the name up as a case-insensitive string in
-// its tree (~530 instructions per look-up, callgrind: bench/results/overhead.txt run 15). Empty if absent.
-template <class Fields>
-std::string_view field_value(const Fields& fields, boost::beast::http::field f) {
-  for (const auto& e : fields)
-    if (e.name() == f) return std::string_view(e.value().data(), e.value().size());
-  return {};
-}
-
 // 32 hex characters, random per request.
 std::string new_request_id();
 

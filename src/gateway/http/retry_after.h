@@ -6,8 +6,6 @@
 #include <optional>
 #include <string_view>
 
-#include <boost/beast/http/message.hpp>
-
 #include "core/time.h"
 
 namespace sluice {
@@ -28,11 +26,6 @@ inline std::optional<Duration> parse_retry_after(std::string_view retry_after_ms
     return number(retry_after, v) ? std::optional<Duration>(std::chrono::microseconds(static_cast<int64_t>(v * 1e6)))
                                   : std::optional<Duration>(Duration::max());
   return std::nullopt;
-}
-
-template <class Body>
-std::optional<Duration> upstream_retry_after(const boost::beast::http::response<Body>& res) {
-  return parse_retry_after(res["retry-after-ms"], res["retry-after"]);
 }
 
 }  // namespace sluice

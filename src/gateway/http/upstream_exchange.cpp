@@ -49,7 +49,7 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
     auto [ec, n] = co_await http::async_read_header(lease_.socket(), buffer_, *parser_, use_tuple);
     if (ec) co_return ec;
     head_read_ = true;
-    const int status = parser_->get().result_int();
+    const int status = parser_->status();
     if (status >= 200) co_return boost::system::error_code{};
     // 1xx: an interim response (RFC 9110 section 15.2). 101 would switch protocols, which the
     // gateway never asked for; more than a few interim heads is a server that never answers.
@@ -61,15 +61,13 @@ asio::awaitable<bool> UpstreamExchange::read(char* data, size_t size, size_t& go
                                              std::optional<SteadyClock::time_point> gap_deadline) {
   got = 0;
   while (got == 0 && !parser_->is_done()) {
-    auto& b = parser_->get().body();
-    b.data = data;
-    b.size = size;
+    parser_->set_target(data, size);
     const auto gap = gap_deadline.value_or(SteadyClock::now() + deadlines_.idle_gap);
     if (deadlines_.total < gap) down_.deadline(deadlines_.total, Phase::total);
     else down_.deadline(gap, Phase::stream_gap);
     auto [e, n] = co_await http::async_read_some(lease_.socket(), buffer_, *parser_, use_tuple);
     if (e == http::error::need_buffer) e = {};
-    got = size - b.size;
+    got = size - parser_->target_left();
     if (e) {
       ec = e;
       co_return false;

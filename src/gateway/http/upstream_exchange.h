@@ -18,12 +18,11 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/parser.hpp>
 
 #include "core/time.h"
 #include "gateway/http/downstream.h"
 #include "gateway/http/upstream_pool.h"
+#include "gateway/http/upstream_response.h"
 
 namespace sluice {
 
@@ -36,7 +35,6 @@ struct ExchangeDeadlines {
 class UpstreamExchange {
  public:
   static constexpr int kMaxInterim = 8;
-  using Parser = boost::beast::http::response_parser<boost::beast::http::buffer_body>;
 
   UpstreamExchange(UpstreamLease lease, Downstream& down, const ExchangeDeadlines& deadlines);
   ~UpstreamExchange();
@@ -45,8 +43,8 @@ class UpstreamExchange {
 
   // Writes the request and reads the final response head. An error: nothing usable arrived.
   boost::asio::awaitable<boost::system::error_code> send(std::string_view head, std::string_view body);
-  const Parser::value_type& response() const { return parser_->get(); }
-  int status() const { return parser_->get().result_int(); }
+  const UpstreamResponse& response() const { return *parser_; }
+  int status() const { return parser_->status(); }
   std::optional<uint64_t> content_length() const {
     auto n = parser_->content_length();
     return n ? std::optional<uint64_t>(*n) : std::nullopt;
@@ -68,7 +66,7 @@ class UpstreamExchange {
   ExchangeDeadlines deadlines_;
   boost::asio::cancellation_slot slot_;
   boost::beast::flat_buffer buffer_;
-  std::optional<Parser> parser_;
+  std::optional<UpstreamResponse> parser_;
   bool head_read_ = false;
 };
 
