@@ -46,7 +46,10 @@ void UpstreamResponse::on_response_impl(int code, boost::beast::string_view reas
 void UpstreamResponse::on_field_impl(http::field name, boost::beast::string_view name_string,
                                      boost::beast::string_view value, boost::system::error_code& ec) {
   // The head is at most basic_parser's header_limit (UpstreamExchange sets 64 KiB), so offsets fit.
-  if (text_.empty()) text_.reserve(512);
+  if (fields_.empty()) {  // one allocation each for a typical head, not a vector grown 1, 2, 4, 8
+    text_.reserve(512);
+    fields_.reserve(16);
+  }
   const auto at = static_cast<uint32_t>(text_.size());
   text_.append(name_string.data(), name_string.size()).append(value.data(), value.size());
   fields_.push_back({name, at, static_cast<uint32_t>(name_string.size()), static_cast<uint32_t>(at + name_string.size()),

@@ -3,7 +3,7 @@
 // The difference is where the head goes. response_parser stores every field as its own node of
 // basic_fields (one allocation and a case-insensitive tree insert per header, freed again at the end
 // of the exchange); here the names and values are appended to one string and indexed by a small
-// vector, which the relay walks in order (-0.7k instructions per small request, callgrind:
+// vector, which the relay walks in order (-2.0k instructions per small request, callgrind:
 // bench/results/overhead.txt run 15). The body is read as buffer_body reads it: straight into the
 // caller's buffer. Written by hand because Beast has no body-less message type that skips the fields.
 #pragma once
