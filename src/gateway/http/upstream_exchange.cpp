@@ -2,6 +2,7 @@
 #include "gateway/http/write_now.h"
 
 #include <array>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -15,10 +16,22 @@ namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr uint32_t kMaxResponseHead = 64u << 10;
 constexpr size_t kReadBuffer = 32u << 10;
+// Read buffers of finished exchanges, kept for the next ones on this worker thread (an exchange lives
+// and ends on its worker's one thread): a fresh 32 KiB buffer per request was a malloc and a free
+// that consolidated the heap each time. At most kSpareBuffers (2 MiB) per thread.
+constexpr size_t kSpareBuffers = 64;
+std::vector<boost::beast::flat_buffer>& spare_buffers() {
+  thread_local std::vector<boost::beast::flat_buffer> spare;
+  return spare;
+}
 }  // namespace
 
 UpstreamExchange::UpstreamExchange(UpstreamLease lease, Downstream& down, const ExchangeDeadlines& deadlines)
     : lease_(std::move(lease)), down_(down), deadlines_(deadlines), slot_(down.cancel_slot()) {
+  if (auto& spare = spare_buffers(); !spare.empty()) {
+    buffer_ = std::move(spare.back());
+    spare.pop_back();
+  }
   if (slot_.is_connected())
     slot_.assign([sock = &lease_.socket()](asio::cancellation_type) {
       boost::system::error_code ignored;
@@ -29,6 +42,10 @@ UpstreamExchange::UpstreamExchange(UpstreamLease lease, Downstream& down, const 
 UpstreamExchange::~UpstreamExchange() {
   if (slot_.is_connected()) slot_.clear();
   // lease_ closes the connection unless done() marked it reusable
+  if (auto& spare = spare_buffers(); spare.size() < kSpareBuffers && buffer_.capacity() == kReadBuffer) {
+    buffer_.clear();
+    spare.push_back(std::move(buffer_));
+  }
 }
 
 asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_view head, std::string_view body) {
