@@ -81,8 +81,8 @@ size_t object_end(std::string_view json, size_t i) {
 std::optional<std::string_view> usage_member(std::string_view json, size_t& begin) {
   // The last key in the tail, where engines put it; not found: full parse. A backward search finds
   // it within the ~100 bytes of the usage object; string_view::find stopped at every '"' of the tail
-  // and glibc's memmem and string_view::rfind are not vectorised (~1.5k instructions for a small completion, callgrind:
-  // bench/results/overhead.txt run 15).
+  // and glibc's memmem and string_view::rfind are not vectorised (~1.5k instructions for a small
+  // completion, callgrind: bench/results/overhead.txt run 15).
   static constexpr std::string_view kKey = "\"usage\"";
   const char* const first = json.data() + (json.size() > 384 ? json.size() - 384 : 0);
   size_t key = std::string_view::npos;
@@ -96,7 +96,7 @@ std::optional<std::string_view> usage_member(std::string_view json, size_t& begi
     end = q;
   }
   if (key == std::string_view::npos || key == 0 || json[key - 1] == '\\') return std::nullopt;
-  size_t i = key + 7;
+  size_t i = key + kKey.size();
   while (i < json.size() && is_space(json[i])) ++i;
   if (i >= json.size() || json[i] != ':') return std::nullopt;
   ++i;
