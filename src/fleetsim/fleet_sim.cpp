@@ -362,7 +362,7 @@ class Simulation {
       }
       if (out.first_token && !f.first_token) {
         f.first_token = now_;
-        f.guard.on_first_token(now_);
+        f.guard.on_first_token();
       }
       if (out.new_tokens > 0) {
         f.guard.on_tokens(out.new_tokens);

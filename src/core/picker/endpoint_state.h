@@ -36,9 +36,6 @@ struct EndpointLoad {
   int64_t picks_total = 0;
   int64_t scrape_errors_total = 0;
   int64_t prefill_requests = 0;     // requests dispatched and not yet past first token
-  // Since when the engine has been working on this queue of prefills: the dispatch that made it
-  // non-empty, or the last first token of one of them (the engine then moved on to the next).
-  Time prefill_since{};
   int64_t context_tokens = 0;       // input + output bound of requests in flight (KV footprint bound)
   int64_t live_context_tokens = 0;  // input + output so far of requests in flight (what decode attention reads)
   int64_t input_tokens_total = 0;   // cumulative input tokens dispatched

@@ -26,22 +26,17 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
   return *this;
 }
 
-void DispatchGuard::on_first_token(Time now) {
+void DispatchGuard::on_first_token() {
   if (!router_ || decoding_) return;
   decoding_ = true;
-  router_->move_to_decode(endpoint_, prefill_, pairs_, now);
+  router_->move_to_decode(endpoint_, prefill_, pairs_);
   prefill_ = 0;
   pairs_ = 0;
 }
 
 void DispatchGuard::on_tokens(int64_t n) {
   if (!router_ || n <= 0) return;
-  if (!decoding_) {  // no first token was reported: its time is not known
-    decoding_ = true;
-    router_->move_to_decode(endpoint_, prefill_, pairs_, PoolRouter::kUnknownTime);
-    prefill_ = 0;
-    pairs_ = 0;
-  }
+  if (!decoding_) on_first_token();
   n = std::min(n, decode_);
   if (n <= 0) return;
   decode_ -= n;
@@ -117,7 +112,6 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   g.live_ = std::max<int64_t>(0, req.input_tokens);
   load.live_context_tokens += g.live_;
   load.in_flight += 1;
-  if (load.prefill_requests <= 0) load.prefill_since = now;
   load.prefill_requests += 1;
   load.context_tokens += g.context_;
   load.input_tokens_total += std::max<int64_t>(0, req.input_tokens);
@@ -154,14 +148,11 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
   load.decode_tokens -= decode;
 }
 
-void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, Time now) {
+void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs) {
   std::lock_guard lock(mu_);
-  auto& load = endpoints_[endpoint].load;
-  load.prefill_tokens -= prefill;
-  load.prefill_pairs = std::max(0.0, load.prefill_pairs - pairs);
-  load.prefill_requests -= 1;
-  // The engine is done with one prefill of the queue and works on the next from now on.
-  if (now != kUnknownTime && load.prefill_requests > 0) load.prefill_since = std::max(load.prefill_since, now);
+  endpoints_[endpoint].load.prefill_tokens -= prefill;
+  endpoints_[endpoint].load.prefill_pairs = std::max(0.0, endpoints_[endpoint].load.prefill_pairs - pairs);
+  endpoints_[endpoint].load.prefill_requests -= 1;
 }
 
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {

@@ -32,8 +32,8 @@ class DispatchGuard {
 
   explicit operator bool() const { return router_ != nullptr; }
   size_t endpoint() const { return endpoint_; }
-  // First output token arrived at `now`: the request's prefill is done, its decode begins.
-  void on_first_token(Time now);
+  // First output token arrived: the request's prefill is done, its decode begins.
+  void on_first_token();
   // n output tokens arrived: the remaining decode bound shrinks.
   void on_tokens(int64_t n);
   void release();
@@ -144,8 +144,7 @@ class PoolRouter {
     bool healthy = true;
   };
   void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding);
-  static constexpr Time kUnknownTime{-1};  // move_to_decode without a time: prefill_since kept
-  void move_to_decode(size_t endpoint, int64_t prefill, double pairs, Time now);
+  void move_to_decode(size_t endpoint, int64_t prefill, double pairs);
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;
   void build_views(Time now);  // mu_ held: views_ over the healthy endpoints, peers' load merged

@@ -87,18 +87,6 @@ struct Duty {
          p.eps_ms * queue_pairs + attention;
 }
 
-// The TTFT behind the queue Q: while the engine has been working on Q for e ms, the request cannot
-// join the step in progress. It waits out what is left of Q's own time T(Q) (at least one minimal
-// step, c0 + W, once Q has started: the first token has not been seen) and then runs its own
-// prefill, T(U): max(T(Q) - e, min(T(Q), c0 + W)) + T(U). With e unknown (no own queue, or a
-// caller without it), Q and U are one stretch of chunks: T(Q + U).
-[[gnu::always_inline]] inline double queued_ttft(const SluiceParams& p, const SluiceInputs& in, double U) {
-  if (!(in.queue_elapsed_ms >= 0) || !(in.queue_tokens > 0)) return ttft_of(p, in, U, in.queue_tokens, in.queue_pairs);
-  const double tq = ttft_of(p, in, 0.0, in.queue_tokens, in.queue_pairs);
-  const double left = std::max(tq - in.queue_elapsed_ms, std::min(tq, p.c0_ms + p.w_ms));
-  return left + ttft_of(p, in, U, 0.0, 0.0);
-}
-
 // The batch this request would join, without it (decode_price 2): its ITL and expected lag,
 // computed once per endpoint (lag < 0: not yet) and shared by the decode and the prefill terms.
 struct BatchLag {
@@ -129,7 +117,7 @@ struct PrefillTerms {
   const double U = std::max(0.0, in.input - in.cached);
   const double D = in.decoding, B = in.decoding + in.queued, O = in.output;
   const double attention = p.eps_ms * U * (in.cached + U / 2);
-  t.ttft_ms = queued_ttft(p, in, U);
+  t.ttft_ms = ttft_of(p, in, U, in.queue_tokens, in.queue_pairs);
   // The time our prefill adds to the steps it shares (free under the weight-read floor).
   t.stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
   const double stall = t.stall;
@@ -396,7 +384,6 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     in.prefill_duty = duty;
     in.reuse = reuse;
     in.arrivals_per_ms = arrivals_of(i, pool_arrivals_per_ms);
-    in.queue_elapsed_ms = l.prefill_requests > 0 ? std::max(0.0, to_millis(now - l.prefill_since)) : -1.0;
     in.cache_free_tokens = SluiceInputs{}.cache_free_tokens;
     if (v.index < indexed)
       in.cache_free_tokens = static_cast<double>(std::max<int64_t>(0, ix.capacity(v.index) - static_cast<int64_t>(ix.entries(v.index)))) *

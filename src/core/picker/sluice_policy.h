@@ -26,15 +26,6 @@
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
 //             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
 //             decode interleaved, our own uncached prefill and its attention)
-//           = T(Q + U). Once the engine has worked on the own queue for e ms (e: since the dispatch
-//             that made the queue non-empty, or the last first token of one of its requests, when
-//             the engine moved on to the next), the request cannot join the step in progress: it
-//             waits out what is left of the queue, then runs its own prefill:
-//             max(T(Q) - e, min(T(Q), C0 + W)) + T(U)   (T(Q): the formula with U = 0; T(U): with Q = 0)
-//             At least one minimal step of the queue is left while no first token has been seen.
-//             A burst's leader is then counted with its progress: a follower that arrives halfway
-//             through its prefill waits half of it warm instead of paying a whole cold prefill
-//             elsewhere (fan-out, tool agents; bench/results/README.md, round 12).
 //   The default (decode_price 2, SLO-priced): decode, the slowdown of the batch and the stall of the
 //   decoders are priced by the expected lag behind the ITL SLO's pace, the ITL being uncertain; the
 //   TTFT terms stay in plain ms. The goodput SLO and the TTFT percentile are what is measured: a token
@@ -213,7 +204,6 @@ struct SluiceInputs {
   double cache_free_tokens = 1e18;              // F: the endpoint's prefix cache not yet holding any prefix
   double reuse = 0;                             // h: the pool's share of input tokens found cached
   double arrivals_per_ms = 0;                   // lambda: requests dispatched per ms per endpoint
-  double queue_elapsed_ms = -1;                 // e: how long the engine has worked on Q (-1: not known)
 };
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in);
 // E[max(0, X - limit)] for X normal with this mean and standard deviation (max(0, mean - limit)

@@ -37,7 +37,7 @@ TEST(PoolRouterPicker, AccountingTracksPrefillRequestsAndContext) {
     EXPECT_EQ(s[g.endpoint()].load.prefill_requests, 1);
     EXPECT_EQ(s[g.endpoint()].load.context_tokens, 1050);
     EXPECT_EQ(s[g.endpoint()].load.input_tokens_total, 1000);
-    g.on_first_token(Time{});
+    g.on_first_token();
     s = r.snapshot(Time{});
     EXPECT_EQ(s[g.endpoint()].load.prefill_requests, 0);
     EXPECT_EQ(s[g.endpoint()].load.in_flight, 1);
@@ -62,33 +62,6 @@ TEST(PoolRouterPicker, AccountingTracksPrefillRequestsAndContext) {
 // With engine events under KV pressure, the candidate's predicted cached tokens (its price, the
 // counters, the access log, the prefill accounting) are the eviction forecast's: the blocks the
 // requests sent just before allocate take the endpoint's least recent ones.
-// prefill_since: the dispatch that made the queue non-empty, then each first token while others
-// are still queued (the engine moved on to the next); a first token that was never reported (on_tokens
-// alone) leaves it as it was.
-TEST(PoolRouterPicker, PrefillSinceIsWhenTheEngineStartedOnTheQueuesHead) {
-  auto cfg = pool_of(1, "round_robin");
-  PoolRouter r(cfg, make_policy(cfg, 1));
-  const auto req = req_of(std::string(4000, 'a'));
-  const auto ms = [](double x) { return from_millis(x); };
-  const auto since = [&] { return r.snapshot(ms(0))[0].load.prefill_since; };
-  auto c = r.rank(req, ms(10));
-  ASSERT_EQ(c.size(), 1u);
-  DispatchGuard a = r.dispatch(req, c[0], ms(10));
-  EXPECT_EQ(since(), ms(10));
-  DispatchGuard b = r.dispatch(req, c[0], ms(20));
-  DispatchGuard d = r.dispatch(req, c[0], ms(25));
-  EXPECT_EQ(since(), ms(10)) << "queued behind the head";
-  a.on_first_token(ms(50));
-  EXPECT_EQ(since(), ms(50)) << "the engine moved on to b";
-  b.on_tokens(3);  // b's first token not reported: its time is unknown
-  EXPECT_EQ(since(), ms(50));
-  EXPECT_EQ(r.snapshot(ms(0))[0].load.prefill_requests, 1);
-  d.on_first_token(ms(70));
-  EXPECT_EQ(r.snapshot(ms(0))[0].load.prefill_requests, 0);
-  DispatchGuard e = r.dispatch(req, c[0], ms(90));
-  EXPECT_EQ(since(), ms(90)) << "a new queue starts at its dispatch";
-}
-
 TEST(PoolRouterPicker, PredictedCachedTokensTakeTheEvictionForecast) {
   using namespace std::chrono_literals;
   auto cfg = pool_of(2, "sluice");

@@ -88,31 +88,6 @@ TEST(SluiceCost, TtftCountsTheQueueTheDecodersAndTheirKvRead) {
   EXPECT_GT(idle, 0);
 }
 
-TEST(SluiceCost, BehindAStartedQueueItWaitsWhatIsLeftOfItThenRunsItsOwnPrefill) {
-  SluiceInputs in;
-  in.input = 1000;
-  in.output = 10;
-  in.capacity_tokens = 432000;
-  in.queue_tokens = 20000;
-  // e unknown: the queue and this prefill as one stretch of 3 chunked steps (as before).
-  const double joint = 0.022 * 21000 + 3 * 2.0 + 1.5e-6 * 1000 * 500;
-  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms, joint, 1e-9);
-  // Started just now: the queue's own 3 steps, T(Q) = 0.022 x 20000 + 3 x 2, then one step of its
-  // own, T(U) = max(W 5.5, 0.022 x 1000) + 2 + attention 0.75: a step more than the joint stretch.
-  const double tq = 0.022 * 20000 + 3 * 2.0, tu = 22.0 + 2.0 + 0.75;
-  in.queue_elapsed_ms = 0;
-  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms, tq + tu, 1e-9);
-  // 100 ms into it: 100 ms less.
-  in.queue_elapsed_ms = 100;
-  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms, tq - 100 + tu, 1e-9);
-  // Past the queue's estimated time without its first token: one minimal step (C0 + W) is left.
-  in.queue_elapsed_ms = 5000;
-  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms, 2.0 + 5.5 + tu, 1e-9);
-  // No queue: its own prefill only, whatever e.
-  in.queue_tokens = 0;
-  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms, tu, 1e-9);
-}
-
 TEST(SluiceCost, DecodeRunsAtTheBatchItJoins) {
   SluiceInputs in;
   in.input = 2000;

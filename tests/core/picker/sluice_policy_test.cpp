@@ -263,30 +263,6 @@ namespace {
 // request stays. When the prefix's demand (lambda_p) is high enough that the requests arriving while
 // this one holds a copy repay its cold premium, the copy is made (the credit is capped at that
 // premium: a cold copy is never priced below a warm one).
-// A burst's follower, with its leader's 4,000-token prefill in flight on the holder (endpoint 0)
-// and an idle endpoint 1 without the prefix: cold while the leader has just started (waiting out
-// its whole prefill and then a step of its own is slower than a cold prefill), warm once the
-// leader is far enough into it.
-TEST(SluicePolicy, AFollowerWaitsForItsLeaderOnceTheLeaderIsFarEnoughIntoItsPrefill) {
-  SluicePolicy p({}, PoolKind::chat);
-  FakePool pool(2);
-  const std::string text = prompt('f', 16000) + prompt('q', 400);  // 4,000 + 100 tokens
-  const auto req = testing::chat(text);
-  p.on_dispatch(req, 0, Time{});  // the leader: endpoint 0 learns the prefix
-  pool.dispatch(0, req, 0);
-  pool.loads[0].prefill_pairs = 4100.0 * 2050.0;  // U (C + U / 2), as PoolRouter::dispatch counts it
-  pool.loads[0].prefill_since = Time{};
-  const auto first_at = [&](double ms) {
-    std::vector<Candidate> out;
-    auto v = pool.views();
-    p.rank(req, v, from_millis(ms), out);
-    return out.at(0).endpoint;
-  };
-  EXPECT_EQ(first_at(0.5), 1u);
-  EXPECT_EQ(first_at(30), 0u);
-  EXPECT_EQ(first_at(80), 0u);
-}
-
 TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   SluicePolicy p({}, PoolKind::chat);
   FakePool pool(2);
