@@ -8,6 +8,7 @@
   4. Bad arguments are refused with a message.
   5. `sluice bench` without --model at a gateway with tenants: /v1/models is read with --api-key and
      the key's first allowed model is sent; without a key it says the gateway wants one.
+  6. bench/suite/margins.py sums acceptance.py's per-rate verdicts over a fleetsim sweep.
 
 Run: python3 tests/integration/test_bench.py --sluice build/sluice
 """
@@ -67,6 +68,38 @@ def test_fleetsim(sluice):
                       "shared_prefix:small", "--rates", "20", "--requests", "200", "--json"])
     check(again[0]["figures"] == runs[1]["figures"], "fleetsim is not deterministic for a seed")
     log("ok: fleetsim policies, figures sane and deterministic")
+
+
+def test_margins(sluice):
+    import os
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.join(root, "bench", "suite"))
+    import acceptance
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "sweep.json")
+        subprocess.run([sluice, "fleetsim", "--policy", "round_robin,cache_aware,sluice", "--replicas", "4",
+                        "--workload", "shared_prefix:small", "--rates", "20,60,200", "--requests", "200", "--json-out", out],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+        res = acceptance.check(out)
+        checked = [row for row in res["rows"] if row[1]]
+        printed = subprocess.run([sys.executable, os.path.join(root, "bench", "suite", "margins.py"), out],
+                                 check=True, capture_output=True, text=True, timeout=60).stdout
+        row = [c.strip() for c in printed.strip().splitlines()[-1].strip("|").split("|")]
+        check(row[0] == out and row[1] == "1", f"margins row: {row}")
+        check(int(row[2]) == len(checked) and len(checked) >= 1, f"checked {row[2]} vs acceptance {len(checked)}")
+        check(int(row[3]) == sum(1 for r in checked if not r[10]), f"fails {row[3]} vs acceptance {res['fails']}")
+        gp = [r[5] for r in checked]
+        want = 1.0
+        for g in gp:
+            want *= g
+        want **= 1.0 / len(gp)
+        check(abs(float(row[4]) - want) < 1e-3, f"goodput gmean {row[4]} vs {want}")
+        # A pattern that matches nothing is an error, not an empty row.
+        bad = subprocess.run([sys.executable, os.path.join(root, "bench", "suite", "margins.py"), os.path.join(d, "none-*.json")],
+                             capture_output=True, text=True, timeout=60)
+        check(bad.returncode != 0 and "no file matches" in bad.stderr, f"margins on no files: {bad.returncode} {bad.stderr}")
+    log("ok: margins.py sums acceptance.py's verdicts")
 
 
 class Sim:
@@ -189,6 +222,7 @@ def main():
     a = ap.parse_args()
     t0 = time.time()
     test_fleetsim(a.sluice)
+    test_margins(a.sluice)
     test_live(a.sluice)
     test_failures(a.sluice)
     test_tenant_gateway(a.sluice)

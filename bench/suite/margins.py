@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Margins of the default policy over the hard suite, summed across sweeps (acceptance.py's rule).
+
+acceptance.py counts the sweeps where sluice never loses; a sweep flips on a single rate whose TTFT
+p90 sits on the edge between a warm (~15 ms) and a cold (100-400 ms) mode, where 1% of the requests
+moves it. To compare two pickers on many sweeps, this prints, over every checked rate of every file
+of each set:
+  checked    rates checked (<= 1.5x the rate where round_robin falls below 90% goodput)
+  fails      of them, rates where sluice loses (goodput < 0.98x or TTFT p90 > 1.05x the best other)
+  gp_gmean   geometric mean of sluice goodput / the best other non-oracle policy's goodput
+  ttft_gmean geometric mean of sluice TTFT p90 / the best other's TTFT p90 (lower is better)
+  ttft>1.05, gp<0.98: the rates failing each test
+
+usage: bench/suite/margins.py 'GLOB' ['GLOB'...]
+  e.g. bench/suite/margins.py 'bench/results/hard-*-s[89].json' '/tmp/new/hard-*-s[89].json'
+"""
+import glob
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import acceptance  # noqa: E402
+
+
+def margins(files):
+    gp, tt = [], []
+    checked = fails = 0
+    for f in files:
+        for row in acceptance.check(f)["rows"]:
+            _rate, is_checked, _sg, _bgn, _bg, g_ratio, _st, _btn, _bt, t_ratio, ok = row[:11]
+            if not is_checked:
+                continue
+            checked += 1
+            fails += not ok
+            if g_ratio > 0:
+                gp.append(math.log(g_ratio))
+            if t_ratio > 0:
+                tt.append(math.log(t_ratio))
+    gmean = lambda v: math.exp(sum(v) / len(v)) if v else float("nan")
+    return {
+        "files": len(files), "checked": checked, "fails": fails, "gp_gmean": gmean(gp), "ttft_gmean": gmean(tt),
+        "ttft_over": sum(1 for x in tt if x > math.log(1.05)), "gp_under": sum(1 for x in gp if x < math.log(0.98)),
+    }
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print("| set | files | checked | fails | gp_gmean | ttft_gmean | ttft>1.05 | gp<0.98 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for pattern in sys.argv[1:]:
+        files = sorted(f for f in glob.glob(pattern) if not f.endswith(".only.json"))
+        if not files:
+            print(f"margins: no file matches {pattern}", file=sys.stderr)
+            return 1
+        m = margins(files)
+        print(f"| {pattern} | {m['files']} | {m['checked']} | {m['fails']} | {m['gp_gmean']:.4f} | {m['ttft_gmean']:.4f} | "
+              f"{m['ttft_over']} | {m['gp_under']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
