@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libboost1.81-dev
   libsimdjson-dev libyaml-cpp-dev libfmt-dev libspdlog-dev libxxhash-dev libcli11-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libjemalloc-dev
   clang libclang-rt-14-dev curl python3 prometheus haproxy nginx-light wrk
   nodejs chromium gnuplot-nox
   # active-active and the Endpoint Picker: KV events (ZeroMQ + msgpack), shared budgets (Redis),
