@@ -79,6 +79,26 @@ asio::awaitable<bool> UpstreamExchange::read(char* data, size_t size, size_t& go
   got = 0;
   while (got == 0 && !parser_->is_done()) {
     parser_->set_target(data, size);
+    if (buffer_.size() > 0) {
+      // Bytes already read (a small response arrives with its head): parsed here, as Beast's read
+      // does before it reads, but without its completion posted through the scheduler (a handler
+      // hop per call). Beast's read takes over when they are used up mid-message.
+      boost::system::error_code pe;
+      for (;;) {
+        const size_t used = parser_->put(buffer_.data(), pe);
+        buffer_.consume(used);
+        if (pe || used == 0 || buffer_.size() == 0 || parser_->is_done()) break;
+      }
+      if (pe == http::error::need_buffer || pe == http::error::need_more) pe = {};
+      got = size - parser_->target_left();
+      if (pe) {
+        ec = pe;
+        co_return false;
+      }
+      // Body bytes, or the message's end: done. Otherwise (a partial chunk header buffered, say) the
+      // read below brings the rest.
+      if (got > 0 || parser_->is_done()) break;
+    }
     const auto gap = gap_deadline.value_or(SteadyClock::now() + deadlines_.idle_gap);
     if (deadlines_.total < gap) down_.deadline(deadlines_.total, Phase::total);
     else down_.deadline(gap, Phase::stream_gap);
