@@ -111,8 +111,7 @@ void Session::start_watch() {
   watching_ = true;
   if (watch_pending_ || half_closed_ || !client_.is_open()) return;
   watch_pending_ = true;
-  client_.async_read_some(asio::buffer(watch_buf_),
-                          [self = shared_from_this()](boost::system::error_code ec, size_t n) { self->on_watch(ec, n); });
+  client_.async_read_some(asio::buffer(watch_buf_), WatchRead(shared_from_this()));
 }
 
 void Session::on_watch(boost::system::error_code ec, size_t n) {
@@ -127,7 +126,12 @@ void Session::on_watch(boost::system::error_code ec, size_t n) {
     client_gone_ = true;  // EOF or reset: the client left
     if (watching_) cancel_.emit(asio::cancellation_type::terminal);  // the engine sees the abort at once
   }
-  if (watch_stopped_) watch_stopped_->cancel();
+  // Last: the waiting coroutine (wait_watch) resumes here, inline, and may start the next watch.
+  if (watch_waiter_) {
+    auto resume = std::move(*watch_waiter_);
+    watch_waiter_.reset();
+    std::move(resume)();
+  }
 }
 
 asio::awaitable<void> Session::stop_watch() {
@@ -136,16 +140,15 @@ asio::awaitable<void> Session::stop_watch() {
   boost::system::error_code ignored;
   client_.cancel(ignored);
   // The cancelled read's handler is queued before this continuation on the connection's
-  // (single-threaded) io_context; the timer is only a fallback.
+  // (single-threaded) io_context; wait_watch covers the case where it is not.
   co_await asio::post(client_.get_executor(), asio::use_awaitable);
   co_await wait_watch();
 }
 
 asio::awaitable<void> Session::wait_watch() {
   while (watch_pending_) {
-    if (!watch_stopped_) watch_stopped_ = std::make_unique<asio::steady_timer>(client_.get_executor());
-    watch_stopped_->expires_at(asio::steady_timer::time_point::max());
-    co_await watch_stopped_->async_wait(use_tuple);
+    co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
+        [this](auto handler) { watch_waiter_.emplace(std::move(handler)); }, asio::use_awaitable);
   }
 }
 

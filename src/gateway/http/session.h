@@ -16,8 +16,10 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -94,7 +96,25 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   bool watching_ = false;
   bool watch_pending_ = false;
   std::array<char, 2048> watch_buf_;
-  std::unique_ptr<asio::steady_timer> watch_stopped_;  // fallback wait in stop_watch
+  // wait_watch's suspended coroutine, resumed by on_watch directly (a timer cancelled to wake it
+  // cost a trip through the scheduler per request: the completion posted, then run).
+  std::optional<asio::any_completion_handler<void()>> watch_waiter_;
+  // The watch read's completion handler. Destroyed without being called (the io_context torn down
+  // with the read pending), it drops watch_waiter_: that coroutine holds the session, which holds it.
+  struct WatchRead {
+    std::shared_ptr<Session> self;
+    bool called = false;
+    explicit WatchRead(std::shared_ptr<Session> s) : self(std::move(s)) {}
+    WatchRead(WatchRead&& o) noexcept : self(std::move(o.self)), called(o.called) {}
+    WatchRead(const WatchRead&) = delete;
+    ~WatchRead() {
+      if (self && !called) self->watch_waiter_.reset();
+    }
+    void operator()(boost::system::error_code ec, size_t n) {
+      called = true;
+      self->on_watch(ec, n);
+    }
+  };
 };
 
 }  // namespace sluice
