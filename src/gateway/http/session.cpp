@@ -14,6 +14,7 @@
 #include "gateway/tls/tls_bridge.h"
 #include "gateway/http/body_budget.h"
 #include "gateway/http/http_util.h"
+#include "gateway/http/put_buffered.h"
 #include "gateway/http/request_framing.h"
 #include "gateway/http/write_now.h"
 #include "gateway/proxy.h"
@@ -168,23 +169,6 @@ asio::awaitable<void> Session::watching(asio::awaitable<void> work) {
 
 namespace {
 
-// Feeds what is already buffered to the parser, without I/O: up to the end of the header, or
-// (body) as much of the body as is here. A request that arrived whole (the usual case: one read)
-// then needs no async read, whose completion would be one more handler hop through the reactor
-// even with nothing to read. need_more is not an error: the caller's async read takes over.
-template <class Parser>
-boost::system::error_code put_buffered(Parser& p, boost::beast::flat_buffer& b, bool body) {
-  boost::system::error_code ec;
-  p.eager(body);
-  while (b.size() > 0 && !(body ? p.is_done() : p.is_header_done())) {
-    const size_t n = p.put(b.data(), ec);
-    b.consume(n);
-    if (ec == http::error::need_more) return {};
-    if (ec || n == 0) break;
-  }
-  return ec;
-}
-
 std::string_view path_of(std::string_view target) {
   auto q = target.find('?');
   return q == std::string_view::npos ? target : target.substr(0, q);
@@ -275,6 +259,7 @@ asio::awaitable<void> Session::run() {
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
     watchdog_.arm(limits.header_timeout, Phase::header);
+    parser.eager(false);  // the header first: stop there
     boost::system::error_code hec = put_buffered(parser, buffer_, false);
     if (!hec && !parser.is_header_done()) std::tie(hec, std::ignore) = co_await http::async_read_header(client_, buffer_, parser, use_tuple);
     if (hec) {
@@ -318,6 +303,7 @@ asio::awaitable<void> Session::run() {
       // Read piece by piece, charging the gateway-wide body budget as the bytes arrive.
       boost::system::error_code bec;
       bool over_budget = false;
+      parser.eager(true);  // the body: as much as is here
       while (!parser.is_done()) {
         boost::system::error_code ec = put_buffered(parser, buffer_, true);
         if (!ec && !parser.is_done())  // (a partial chunk header left buffered: the read parses it with the rest)

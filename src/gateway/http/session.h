@@ -22,7 +22,6 @@
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
 #include "gateway/http/downstream.h"

@@ -1,4 +1,5 @@
 #include "gateway/http/upstream_exchange.h"
+#include "gateway/http/put_buffered.h"
 #include "gateway/http/write_now.h"
 
 #include <array>
@@ -83,13 +84,8 @@ asio::awaitable<bool> UpstreamExchange::read(char* data, size_t size, size_t& go
       // Bytes already read (a small response arrives with its head): parsed here, as Beast's read
       // does before it reads, but without its completion posted through the scheduler (a handler
       // hop per call). Beast's read takes over when they are used up mid-message.
-      boost::system::error_code pe;
-      for (;;) {
-        const size_t used = parser_->put(buffer_.data(), pe);
-        buffer_.consume(used);
-        if (pe || used == 0 || buffer_.size() == 0 || parser_->is_done()) break;
-      }
-      if (pe == http::error::need_buffer || pe == http::error::need_more) pe = {};
+      boost::system::error_code pe = put_buffered(*parser_, buffer_, true);
+      if (pe == http::error::need_buffer) pe = {};  // the caller's buffer is full
       got = size - parser_->target_left();
       if (pe) {
         ec = pe;
