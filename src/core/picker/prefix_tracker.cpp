@@ -69,8 +69,5 @@ void PrefixTracker::learn(const PickRequest& req, size_t endpoint) {
   if (events_) events_->note_dispatch(endpoint, req.text, req.adapter, req.cache_salt, now_, req.token_ids);
 }
 
-int64_t PrefixTracker::cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const {
-  return std::min<int64_t>(static_cast<int64_t>(matched_blocks) * block_tokens_, std::max<int64_t>(0, input_tokens));
-}
 
 }  // namespace sluice

@@ -9,6 +9,7 @@
 // learned index only for the others; sources() says which one each prediction came from. The
 // driver tells the tracker the time of the pick (at()) before ranking and dispatching.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -42,7 +43,10 @@ class PrefixTracker {
   // endpoint old_of_new[e]'s blocks (-1: none), with its capacity and the block size.
   void adopt(const PrefixTracker& old, std::span<const int> old_of_new);
 
-  int64_t cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const;
+  // Inline: called for every endpoint of every decision.
+  int64_t cached_tokens(uint32_t matched_blocks, int64_t input_tokens) const {
+    return std::min<int64_t>(static_cast<int64_t>(matched_blocks) * block_tokens_, std::max<int64_t>(0, input_tokens));
+  }
   int block_tokens() const { return block_tokens_; }
   size_t block_chars() const { return static_cast<size_t>(block_tokens_) * 4; }
   size_t request_blocks() const { return request_blocks_; }  // of the last match()
