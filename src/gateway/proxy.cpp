@@ -311,7 +311,7 @@ asio::awaitable<bool> RequestLife::run() {
   } else {
     body_ = req_.body();
   }
-  co_await down_.watching(forward_and_relay(std::move(candidates)));
+  co_await down_.watching(forward_and_relay(std::move(candidates)), Downstream::WatchFrom::sent);
 
   // ---- settle + log: finish() is the one completion path ----
   if (!finished_) finish(down_.gone() ? Outcome::client_cancelled : Outcome::upstream_error,
@@ -430,6 +430,8 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, size_t candidates, bool 
   };
 
   auto phase = SteadyClock::now();
+  // A connect, or a wait at the connection limit, may take a while: the client is watched from here.
+  if (!upstreams_.has_idle(*pool_, guard_.endpoint())) down_.watch_now();
   auto acquired = co_await upstreams_.acquire(*pool_, guard_.endpoint(), std::min(phase + tmo_.connect, total_deadline_));
   observe(OverheadPhase::connect, phase);
   if (down_.gone()) {

@@ -110,6 +110,22 @@ asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std
 
 void Session::start_watch() {
   watching_ = true;
+  watch_deferred_ = false;
+  // A FIN already here, right behind the request (SHUT_WR after sending, as `nc -N` and some
+  // HTTP/1.0 clients do), is a half-close: the client still reads, so its request is served and
+  // the disconnect watch is not started. A FIN that comes later is a client that left: reading
+  // cannot tell the two apart (the socket is in CLOSE_WAIT either way), and a later FIN is far
+  // more often an abort, which must free the engine at once. If a "half-closed" client had in
+  // fact gone, the first write fails and the request ends then. Looked for once per request, when
+  // its watch first starts (for a forwarded request: once it is written upstream, off the path of
+  // its latency), unless bytes of a next request are already here.
+  if (check_half_close_) {
+    check_half_close_ = false;
+    if (early_bytes_.empty() && buffer_.size() == 0 && client_.is_open()) {
+      char peek;
+      if (::recv(client_.native_handle(), &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0) half_closed_ = true;
+    }
+  }
   if (watch_pending_ || half_closed_ || !client_.is_open()) return;
   watch_pending_ = true;
   client_.async_read_some(asio::buffer(watch_buf_), WatchRead(shared_from_this()));
@@ -153,8 +169,17 @@ asio::awaitable<void> Session::wait_watch() {
   }
 }
 
-asio::awaitable<void> Session::watching(asio::awaitable<void> work) {
-  start_watch();
+void Session::watch_now() {
+  if (watch_deferred_) start_watch();
+}
+
+asio::awaitable<void> Session::watching(asio::awaitable<void> work, WatchFrom from) {
+  // A read already pending (the admission queue's watch) keeps watching from now.
+  if (from == WatchFrom::sent && !watch_pending_) {
+    watch_deferred_ = true;
+  } else {
+    start_watch();
+  }
   std::exception_ptr error;
   try {
     co_await std::move(work);
@@ -164,6 +189,7 @@ asio::awaitable<void> Session::watching(asio::awaitable<void> work) {
   // The read stays pending (run() takes it over as the keep-alive read); from here an EOF only
   // ends the connection, it no longer cancels a request.
   watching_ = false;
+  watch_deferred_ = false;
   if (error) std::rethrow_exception(error);
 }
 
@@ -337,16 +363,7 @@ asio::awaitable<void> Session::run() {
     }
     watchdog_.disarm();
     request_read_at_ = SteadyClock::now();
-    // A FIN already here, right behind the request (SHUT_WR after sending, as `nc -N` and some
-    // HTTP/1.0 clients do), is a half-close: the client still reads, so its request is served and
-    // the disconnect watch is not started. A FIN that comes later is a client that left: reading
-    // cannot tell the two apart (the socket is in CLOSE_WAIT either way), and a later FIN is far
-    // more often an abort, which must free the engine at once. If a "half-closed" client had in
-    // fact gone, the first write fails and the request ends then.
-    if (early_bytes_.empty() && buffer_.size() == 0) {
-      char peek;
-      if (::recv(client_.native_handle(), &peek, 1, MSG_PEEK | MSG_DONTWAIT) == 0) half_closed_ = true;
-    }
+    check_half_close_ = true;  // start_watch looks for a FIN right behind the request
     const Duration body_read = request_read_at_ - head_done;
 
     // ---- route ----

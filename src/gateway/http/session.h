@@ -51,7 +51,8 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   void deadline(SteadyClock::time_point at, Phase phase) override { watchdog_.arm_at(at, phase); }
   void clear_deadline() override { watchdog_.disarm(); }
   Phase expired() const override { return watchdog_.expired(); }
-  asio::awaitable<void> watching(asio::awaitable<void> work) override;
+  asio::awaitable<void> watching(asio::awaitable<void> work, WatchFrom from = WatchFrom::now) override;
+  void watch_now() override;
 
   // Drain: wake an idle connection so it closes.
   void close_if_idle();
@@ -90,6 +91,8 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
   bool client_gone_ = false;
   bool half_closed_ = false;  // the client shut its sending side right after a request (still reads)
+  bool check_half_close_ = false;  // a request was read: the first start_watch looks for a FIN first
+  bool watch_deferred_ = false;    // watching(WatchFrom::sent) until sent()
   SteadyClock::time_point request_read_at_{};  // when the current request was read
   std::string early_bytes_;  // bytes the watcher read while a request was in flight (pipelining)
   bool watching_ = false;

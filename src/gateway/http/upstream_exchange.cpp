@@ -56,6 +56,7 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body)};
   auto [wec, wn] = co_await write_now(lease_.socket(), bufs);
   if (wec) co_return wec;
+  down_.watch_now();  // the request is upstream: watch the client from here (Downstream::WatchFrom)
   buffer_.clear();
   // Beast reads max(512, capacity - size) bytes at a time: give it room for whole relay chunks,
   // or a fast stream arrives in ~1 KB reads (one parse, one client write each).

@@ -88,6 +88,8 @@ class UpstreamPool {
   UpstreamPool(asio::any_io_executor executor, int workers);
   // `endpoint` indexes the pool's endpoints.
   asio::awaitable<AcquireResult> acquire(const PoolRuntime& pool, size_t endpoint, SteadyClock::time_point deadline);
+  // True when acquire would start with an idle connection (it may still find it closed and connect).
+  bool has_idle(const PoolRuntime& pool, size_t endpoint) { return !slot_for(pool, endpoint).idle.empty(); }
   // Closes idle connections past their idle timeout (called periodically by the worker), and every
   // idle connection of a runtime not in `live` (retired by a reload: its rows stop keeping
   // connections, so leases still out close when they come back).
