@@ -311,37 +311,42 @@ uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint
   const size_t total = std::min(text.size() / block_chars, max_blocks);
   const size_t n = slots_.size();
   uint64_t running = ne == 64 ? ~uint64_t{0} : (uint64_t{1} << ne) - 1;
-  // Each chunk's slots are prefetched while it is hashed. The blocks hashed past the deepest match
-  // are wasted work (~10 ns each: the chained hash is latency-bound), so chunks are small: 8 blocks
-  // rather than 32 took 0.3 us off a 64-endpoint decision on a 16k-character prompt, hit or miss;
-  // the shorter prefetch lead cost nothing measurable (sluice_microbench, the 92 MB index).
-  constexpr size_t kChunk = 8;
-  uint64_t hashes[kChunk];
+  // The hashes run kAhead blocks ahead of the probes, each slot prefetched when its hash is known,
+  // so every probe's cache line has had kAhead hashes (~10 ns each: the chained hash is
+  // latency-bound) to arrive. The blocks hashed past the deepest match are wasted work, so the lead
+  // is short: with 8 (a window sliding one block at a time, rather than chunks of 32 hashed then
+  // probed) a 64-endpoint decision on a 16k-character prompt took ~0.4 us less, hit or miss
+  // (sluice_microbench, the 92 MB index).
+  constexpr size_t kAhead = 8;
+  uint64_t hashes[kAhead];
   uint64_t h = seed;
+  size_t hashed = 0;
+  const auto hash_next = [&] {
+    h = XXH3_64bits_withSeed(text.data() + hashed * block_chars, block_chars, h);
+    hashes[hashed % kAhead] = h;
+    __builtin_prefetch(&slots_[home(h)]);
+    ++hashed;
+  };
+  while (hashed < std::min(total, kAhead)) hash_next();
   size_t i = 0;
-  while (i < total && running) {
-    const size_t m = std::min(kChunk, total - i);
-    for (size_t k = 0; k < m; ++k) {
-      h = XXH3_64bits_withSeed(text.data() + (i + k) * block_chars, block_chars, h);
-      hashes[k] = h;
-      __builtin_prefetch(&slots_[home(h)]);
-    }
-    for (size_t k = 0; k < m && running; ++k, ++i) {
-      const uint32_t fp = static_cast<uint32_t>(hashes[k]);
-      uint64_t mask = 0;
-      for (size_t j = home(hashes[k]);; j = (j + 1 == n ? 0 : j + 1)) {
-        const Slot& s = slots_[j];
-        if (s.head == kNil) break;
-        if (s.fp == fp) {
-          mask = s.mask;
-          break;
-        }
+  for (; i < total && running; ++i) {
+    const uint64_t hi = hashes[i % kAhead];
+    const uint32_t fp = static_cast<uint32_t>(hi);
+    uint64_t mask = 0;
+    for (size_t j = home(hi);; j = (j + 1 == n ? 0 : j + 1)) {
+      const Slot& s = slots_[j];
+      if (s.head == kNil) break;
+      if (s.fp == fp) {
+        mask = s.mask;
+        break;
       }
-      for (uint64_t dropped = running & ~mask; dropped; dropped &= dropped - 1)
-        matched[static_cast<size_t>(__builtin_ctzll(dropped))] = static_cast<uint32_t>(i);
-      running &= mask;
-      if (running) deepest = hashes[k];
     }
+    for (uint64_t dropped = running & ~mask; dropped; dropped &= dropped - 1)
+      matched[static_cast<size_t>(__builtin_ctzll(dropped))] = static_cast<uint32_t>(i);
+    running &= mask;
+    if (!running) break;
+    deepest = hi;
+    if (hashed < total) hash_next();  // block i + kAhead replaces block i
   }
   for (; running; running &= running - 1) matched[static_cast<size_t>(__builtin_ctzll(running))] = static_cast<uint32_t>(i);
   return deepest;
