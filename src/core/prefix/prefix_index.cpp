@@ -250,6 +250,26 @@ std::vector<uint64_t> PrefixIndex::blocks_of(size_t endpoint) const {
   return out;
 }
 
+uint64_t PrefixIndex::holders(uint64_t h) const {
+  const uint32_t fp = static_cast<uint32_t>(h);
+  const size_t n = slots_.size();
+  for (size_t j = home(h);; j = (j + 1 == n ? 0 : j + 1)) {
+    const Slot& s = slots_[j];
+    if (s.head == kNil) return 0;
+    if (s.fp == fp) return s.mask;
+  }
+}
+
+namespace {
+// The endpoints still matching (`running`) that do not hold block `depth` (not in `mask`) matched
+// `depth` leading blocks.
+inline void narrow(uint64_t& running, uint64_t mask, size_t depth, std::span<uint32_t> matched) {
+  for (uint64_t dropped = running & ~mask; dropped; dropped &= dropped - 1)
+    matched[static_cast<size_t>(__builtin_ctzll(dropped))] = static_cast<uint32_t>(depth);
+  running &= mask;
+}
+}  // namespace
+
 void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> matched) const {
   std::fill(matched.begin(), matched.end(), 0u);
   const size_t ne = std::min(matched.size(), lrus_.size());
@@ -259,22 +279,7 @@ void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> ma
   if (ne <= 64) {
     uint64_t running = ne == 64 ? ~uint64_t{0} : (uint64_t{1} << ne) - 1;
     size_t i = 0;
-    for (; i < blocks.size() && running; ++i) {
-      const uint64_t h = blocks[i];
-      const uint32_t fp = static_cast<uint32_t>(h);
-      uint64_t mask = 0;
-      for (size_t j = home(h);; j = (j + 1 == n ? 0 : j + 1)) {
-        const Slot& s = slots_[j];
-        if (s.head == kNil) break;
-        if (s.fp == fp) {
-          mask = s.mask;
-          break;
-        }
-      }
-      for (uint64_t dropped = running & ~mask; dropped; dropped &= dropped - 1)
-        matched[static_cast<size_t>(__builtin_ctzll(dropped))] = static_cast<uint32_t>(i);
-      running &= mask;
-    }
+    for (; i < blocks.size() && running; ++i) narrow(running, holders(blocks[i]), i, matched);
     for (; running; running &= running - 1) matched[static_cast<size_t>(__builtin_ctzll(running))] = static_cast<uint32_t>(i);
     return;
   }
@@ -309,7 +314,6 @@ uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint
   if (ne == 0 || entries_ == 0) return 0;
   uint64_t deepest = 0;
   const size_t total = std::min(text.size() / block_chars, max_blocks);
-  const size_t n = slots_.size();
   uint64_t running = ne == 64 ? ~uint64_t{0} : (uint64_t{1} << ne) - 1;
   // The hashes run kAhead blocks ahead of the probes, each slot prefetched when its hash is known,
   // so every probe's cache line has had kAhead hashes (~10 ns each: the chained hash is
@@ -331,19 +335,7 @@ uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint
   size_t i = 0;
   for (; i < total && running; ++i) {
     const uint64_t hi = hashes[i % kAhead];
-    const uint32_t fp = static_cast<uint32_t>(hi);
-    uint64_t mask = 0;
-    for (size_t j = home(hi);; j = (j + 1 == n ? 0 : j + 1)) {
-      const Slot& s = slots_[j];
-      if (s.head == kNil) break;
-      if (s.fp == fp) {
-        mask = s.mask;
-        break;
-      }
-    }
-    for (uint64_t dropped = running & ~mask; dropped; dropped &= dropped - 1)
-      matched[static_cast<size_t>(__builtin_ctzll(dropped))] = static_cast<uint32_t>(i);
-    running &= mask;
+    narrow(running, holders(hi), i, matched);
     if (!running) break;
     deepest = hi;
     if (hashed < total) hash_next();  // block i + kAhead replaces block i

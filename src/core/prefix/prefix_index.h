@@ -106,6 +106,8 @@ class PrefixIndex {
     return static_cast<size_t>((static_cast<unsigned __int128>(h) * slots_.size()) >> 64);
   }
   size_t find_slot(uint64_t h) const;  // index of the slot holding h, or slots_.size()
+  // The mask of the endpoints (index < 64) holding block h, by its slot's fingerprint (0: none).
+  uint64_t holders(uint64_t h) const;
   size_t insert_slot(uint64_t h);      // find or create
   void erase_slot(size_t i);
   void grow_table(size_t min_distinct);
