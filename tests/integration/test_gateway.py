@@ -215,6 +215,43 @@ class DataPath(unittest.TestCase):
         self.assertFalse(rec["completed"])
         self.assertEqual(self.wait_record("cancel-me")["outcome"], "client_cancelled")
 
+    def test_client_leaving_before_the_first_byte_ends_the_request_at_once(self):
+        # The disconnect watch starts once the request is written upstream (not before the send):
+        # a client that leaves while the engine has not answered yet still ends the request (and
+        # its upstream exchange) at once, not when the engine's first byte comes 3 s later. A first
+        # request on the same client connection (so the same worker) leaves a pooled upstream
+        # connection idle: the second one is then written at once, the path under test (with no
+        # idle connection the watch starts before the connect instead).
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
+        body = chat(TARGET).encode()
+
+        def send(rid, extra=b""):
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"x-request-id: " + rid + b"\r\n" + extra +
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+        send(b"warm-up")
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(65536)
+        head, rest = got.split(b"\r\n\r\n", 1)
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(rest) < length:
+            rest += s.recv(65536)
+        send(b"leave-early", b"x-fake-first-byte-delay-ms: 3000\r\n")
+        deadline = time.time() + 2
+        ups = lambda rid: [r for r in self.up.log() if r["headers"].get("x-request-id") == rid]
+        while time.time() < deadline and not ups("leave-early"):
+            time.sleep(0.02)
+        self.assertTrue(ups("leave-early"), "the request must have reached the upstream")
+        self.assertEqual(ups("leave-early")[0]["conn"], ups("warm-up")[0]["conn"], "a pooled connection, written at once")
+        s.close()
+        left = time.time()
+        rec = self.wait_record("leave-early", timeout=1.5)
+        self.assertIsNotNone(rec, "the request must end at once when its client leaves, not at the first byte")
+        self.assertLess(time.time() - left, 1.5)
+        self.assertEqual(rec["outcome"], "client_cancelled")
+
     # ---- bad input: each a clear OpenAI error, the right status, nothing else affected ----
     def assert_error(self, status, headers, body, want_status, message_part=None):
         self.assertEqual(status, want_status, body)
