@@ -69,5 +69,4 @@ void PrefixTracker::learn(const PickRequest& req, size_t endpoint) {
   if (events_) events_->note_dispatch(endpoint, req.text, req.adapter, req.cache_salt, now_, req.token_ids);
 }
 
-
 }  // namespace sluice

@@ -61,8 +61,8 @@ class PrefixIndex {
   // matched[e] = number of leading blocks of `blocks` endpoint e holds (matched.size() must be
   // endpoints()). Const: does not refresh recency.
   void match(std::span<const uint64_t> blocks, std::span<uint32_t> matched) const;
-  // The same for a text, hashing it in chunks of 8 blocks and stopping as soon as no endpoint
-  // matches any more (a miss costs one chunk of hashing, not the whole prompt). Returns the chained
+  // The same for a text, hashing it at most 8 blocks ahead of its probes and stopping as soon as no
+  // endpoint matches any more (a miss costs 8 hashes, not the whole prompt). Returns the chained
   // hash of the deepest block some endpoint holds (it names the longest cached prefix: every block
   // before it is in the chain), 0 when none matched.
   uint64_t match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
