@@ -182,6 +182,30 @@ class DataPath(unittest.TestCase):
         self.assertEqual(gs, 200)
         self.assertEqual(self.last_upstream()["body"], body)
 
+    def test_a_body_sent_apart_from_its_header_and_in_pieces_is_forwarded_whole(self):
+        # The session reads a Content-Length body straight into the body string: the header alone
+        # first (nothing of the body buffered), then pieces, each after a pause so that each is its
+        # own read (this gateway's body limit is 4 KB; request_body_test covers the read-ahead).
+        text = "".join(chr(97 + i % 26) for i in range(3_900))
+        body = json.dumps({"model": "sql-lora", "messages": [{"role": "user", "content": text}]})
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
+        try:
+            s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n").encode())
+            data = body.encode()
+            for piece in (data[:100], data[100:2000], data[2000:]):
+                time.sleep(0.1)
+                s.sendall(piece)
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, reply)
+                reply += chunk
+            self.assertTrue(reply.startswith(b"HTTP/1.1 200"), reply[:200])
+        finally:
+            s.close()
+        self.assertEqual(self.last_upstream()["body"], body)
+
     # ---- x-request-id ----
     def test_request_id_passthrough_and_generation(self):
         gs, headers, _ = self.gw.request("POST", "/v1/chat/completions", chat(TARGET), {"x-request-id": "abc-123"})

@@ -31,6 +31,9 @@ constexpr size_t kMaxEarlyBytes = 64 << 10;
 // The connection's read buffer holds a header block, or unparsed bytes (a chunk-size line with its
 // extensions, pipelined requests): bounded, so a never-ending chunk extension is a 400, not memory.
 constexpr size_t kReadBufferSlack = 256 << 10;
+// How far a Content-Length body's string is grown ahead of the bytes read into it: what a client
+// that announces a large body and sends little can make the gateway hold, like kReadBufferSlack.
+constexpr size_t kBodyReadAhead = 256 << 10;
 }  // namespace
 
 Session::Session(Worker& worker, tcp::socket socket)
@@ -332,8 +335,29 @@ asio::awaitable<void> Session::run() {
       parser.eager(true);  // the body: as much as is here
       while (!parser.is_done()) {
         boost::system::error_code ec = put_buffered(parser, buffer_, true);
-        if (!ec && !parser.is_done())  // (a partial chunk header left buffered: the read parses it with the rest)
-          std::tie(ec, std::ignore) = co_await http::async_read_some(client_, buffer_, parser, use_tuple);
+        if (!ec && !parser.is_done()) {
+          if (const auto length = parser.content_length(); length && buffer_.size() == 0) {
+            // A Content-Length body: read from the socket straight into the body string, grown
+            // (zero-filled, charged) at most kBodyReadAhead past the bytes put, instead of through
+            // buffer_ and a copy (RequestBody takes bytes already in place without copying them).
+            auto& body = req.body();
+            const size_t filled = static_cast<size_t>(*length - parser.content_length_remaining().value_or(0));
+            // The whole capacity first (RequestBody's init would reserve it, but only once it is
+            // handed the first body bytes, which would move the string under the read).
+            if (body.capacity() < *length + kBodyPadding) body.reserve(static_cast<size_t>(*length) + kBodyPadding);
+            if (body.size() <= filled) body.resize(std::min<size_t>(filled + kBodyReadAhead, static_cast<size_t>(*length)));
+            if (!body_charge.grow_to(body.size(), limits.max_buffered_body_bytes)) {
+              over_budget = true;
+              break;
+            }
+            size_t n = 0;
+            std::tie(ec, n) = co_await client_.async_read_some(asio::buffer(body.data() + filled, body.size() - filled), use_tuple);
+            if (!ec) parser.put(asio::const_buffer(body.data() + filled, n), ec);
+            else if (ec == asio::error::eof) ec = http::error::partial_message;  // as Beast's read reports it
+          } else {  // chunked (or a partial chunk header left buffered: the read parses it with the rest)
+            std::tie(ec, std::ignore) = co_await http::async_read_some(client_, buffer_, parser, use_tuple);
+          }
+        }
         if (ec) {
           bec = ec;
           break;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/beast/http/parser.hpp>
+#include <cstring>
 #include <string>
 
 namespace sluice {
@@ -37,6 +38,45 @@ std::string read_body(const std::string& wire, size_t piece, std::string* paddin
   return b;
 }
 
+// As the session reads a Content-Length body: the header (and `head_extra` body bytes that came
+// with it) through a buffer, then the rest straight into the body string, grown at most `ahead`
+// bytes past what was put (zero-filled), in reads of at most `piece` bytes.
+std::string read_in_place(const std::string& wire, size_t head_extra, size_t ahead, size_t piece, std::string* padding) {
+  http::request_parser<RequestBody> parser;
+  parser.eager(true);
+  boost::beast::error_code ec;
+  const size_t head = wire.find("\r\n\r\n") + 4;
+  const size_t first = std::min(wire.size(), head + head_extra);
+  size_t at = parser.put(boost::asio::buffer(wire.data(), first), ec);
+  if (ec == http::error::need_more) ec = {};
+  EXPECT_FALSE(ec) << ec.message();
+  while (at < first && !parser.is_done()) {  // the body bytes that came with the header
+    at += parser.put(boost::asio::buffer(wire.data() + at, first - at), ec);
+    EXPECT_FALSE(ec) << ec.message();
+  }
+  const uint64_t length = parser.content_length().value_or(0);
+  std::string& body = parser.get().body();
+  while (!parser.is_done()) {
+    const size_t filled = static_cast<size_t>(length - parser.content_length_remaining().value_or(0));
+    if (body.capacity() < length + kBodyPadding) body.reserve(length + kBodyPadding);  // as the session does
+    if (body.size() <= filled) body.resize(std::min<size_t>(filled + ahead, length));
+    const size_t n = std::min({piece, body.size() - filled, wire.size() - at});
+    std::memcpy(body.data() + filled, wire.data() + at, n);  // the socket's read
+    at += n;
+    const char* before = body.data();
+    parser.put(boost::asio::const_buffer(body.data() + filled, n), ec);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(body.data(), before);  // taken in place: the string was not reallocated
+  }
+  if (padding) {
+    *padding = body.capacity() >= body.size() + kBodyPadding ? "padded" : "short";
+    if (*padding == "padded")
+      for (size_t i = 0; i < kBodyPadding; ++i)
+        if (body.data()[body.size() + i] != '\0') *padding = "not zeroed";
+  }
+  return body;
+}
+
 std::string request_with(const std::string& body) {
   return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\n\r\n" + body;
@@ -50,6 +90,20 @@ TEST(RequestBody, ContentLengthBodiesArriveWholeWithZeroedPaddingPastTheEnd) {
     EXPECT_EQ(read_body(request_with(body), piece, &padded), body) << piece;
     EXPECT_EQ(padded, "padded") << piece;
   }
+}
+
+TEST(RequestBody, BytesReadStraightIntoTheBodyAreTakenInPlace) {
+  std::string body = R"({"model":"m","messages":[{"role":"user","content":")";
+  for (int i = 0; i < 30000; ++i) body += static_cast<char>('a' + i % 26);
+  body += R"("}]})";
+  // Reads smaller than the growth (the string is longer than the bytes put until the end), equal
+  // to it, larger than it; with and without body bytes arriving with the header.
+  for (size_t head_extra : {size_t{0}, size_t{100}})
+    for (auto [ahead, piece] : {std::pair<size_t, size_t>{4096, 1000}, {4096, 4096}, {1000, 4096}, {1 << 20, 7777}}) {
+      std::string padded;
+      EXPECT_EQ(read_in_place(request_with(body), head_extra, ahead, piece, &padded), body) << ahead << " " << piece;
+      EXPECT_EQ(padded, "padded") << ahead << " " << piece;
+    }
 }
 
 TEST(RequestBody, ChunkedBodiesArriveWhole) {
