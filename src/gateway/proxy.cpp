@@ -179,9 +179,12 @@ asio::awaitable<bool> RequestLife::run() {
 
   // ---- parse: once, with simdjson ----
   auto phase = SteadyClock::now();
-  // The body reader left kBodyPadding zeroed bytes of capacity behind it: parsed in place.
+  // The body reader left kBodyPadding zeroed bytes of capacity behind it: parsed in place. The
+  // messages' text is kept only in the rendered prompt (nothing here reads it from the messages).
   const std::string& body = req_.body();
-  auto parsed = parse_request(kind_, body, {}, body.capacity() >= body.size() + kBodyPadding);
+  ParseLimits parse_limits;
+  parse_limits.keep_message_text = false;
+  auto parsed = parse_request(kind_, body, parse_limits, body.capacity() >= body.size() + kBodyPadding);
   observe(OverheadPhase::parse, phase);
   if (!parsed.ok()) co_return co_await reject(parsed.error, Reason::bad_request);
   model_ = std::move(parsed.request);

@@ -14,9 +14,14 @@ struct ChatMessage {
   std::string content;  // text parts joined in order; non-text parts contribute their JSON
 };
 
+// The text before the first message, and after the last (the assistant header the model continues
+// from). parse_request renders straight from the parser with these (request.cpp's RenderSink).
+inline constexpr std::string_view kChatBegin = "<|begin_of_text|>";
+inline constexpr std::string_view kChatTrailer = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+
 // Renders messages in order, then the assistant header that the model continues from.
 inline std::string render_chat(const std::vector<ChatMessage>& messages) {
-  std::string out = "<|begin_of_text|>";
+  std::string out(kChatBegin);
   size_t n = out.size();
   // 48 = the header, end-of-header and end-of-turn tags around each message; 47 the trailer. A
   // short reserve reallocates (and copies) the whole rendered prompt on the last append.
@@ -29,7 +34,7 @@ inline std::string render_chat(const std::vector<ChatMessage>& messages) {
     out += m.content;
     out += "<|eot_id|>";
   }
-  out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  out += kChatTrailer;
   return out;
 }
 

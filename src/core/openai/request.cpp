@@ -152,7 +152,56 @@ simdjson::error_code append_text_value(od::value v, std::string& out, size_t& co
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code read_message(od::object obj, ChatMessage& m) {
+// The sink that keeps a message as a ChatMessage.
+struct MessageSink {
+  ChatMessage& m;
+  void role(std::string_view r) { m.role.assign(r); }
+  void assign(std::string_view s) { m.content.assign(s); }
+  void append(std::string_view s) { m.content.append(s); }
+  bool has_role() const { return !m.role.empty(); }
+};
+
+// The sink that renders a message straight into the chat template's output (render_chat's text,
+// byte for byte), so a long message is copied once from the parser's string, not twice (into the
+// message, then into the rendered prompt). The header needs the role: text that comes before the
+// role (rare: clients write "role" first) is held until it is known.
+struct RenderSink {
+  std::string& out;
+  std::string role_name, held;
+  size_t header_at = std::string::npos;  // where this message's header starts in out (npos: not yet)
+  size_t text_at = 0;                    // where its text starts in out
+
+  void role(std::string_view r) {
+    if (header_at != std::string::npos) {  // a second "role" key: the last one wins, as in a ChatMessage
+      held.assign(out, text_at);
+      out.resize(header_at);
+    }
+    role_name.assign(r);
+    header_at = out.size();
+    out += "<|start_header_id|>";
+    out += r;
+    out += "<|end_header_id|>\n\n";
+    text_at = out.size();
+    out += held;
+    held.clear();
+  }
+  void assign(std::string_view s) {
+    if (header_at == std::string::npos) held.assign(s);
+    else out.resize(text_at), out.append(s);
+  }
+  void append(std::string_view s) {
+    if (header_at == std::string::npos) held.append(s);
+    else out.append(s);
+  }
+  bool has_role() const { return !role_name.empty(); }
+  void finish() { out += "<|eot_id|>"; }
+};
+
+// A message's fields, in key order: its role to sink.role(), its text (content, text parts, name,
+// tool_call_id) to sink.assign() / sink.append(). Sinks: MessageSink (a ChatMessage) and
+// RenderSink (straight into the rendered prompt).
+template <class Sink>
+simdjson::error_code read_message_into(od::object obj, Sink& m) {
   for (auto field : obj) {
     std::string_view key;
     if (auto err = field.unescaped_key().get(key)) return err;
@@ -161,7 +210,7 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
     if (key == "role"sv) {
       std::string_view s;
       if (auto err = v.get_string().get(s)) return err;
-      m.role.assign(s);
+      m.role(s);
     } else if (key == "content"sv) {
       od::json_type t;
       if (auto err = v.type().get(t)) return err;
@@ -169,7 +218,7 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
       if (t == od::json_type::string) {
         std::string_view s;
         if (auto err = v.get_string().get(s)) return err;
-        m.content.assign(s);
+        m.assign(s);
       } else if (t == od::json_type::array) {
         // Content parts: text parts are joined in order, other parts keep their JSON.
         od::array parts;
@@ -187,7 +236,7 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
             if (pk == "text"sv) {
               std::string_view text;
               if (auto err = pv.get_string().get(text)) return err;
-              m.content.append(text);
+              m.append(text);
             } else if (pk == "image_url"sv || pk == "input_audio"sv) {
               od::object media;
               if (auto err = pv.get_object().get(media)) return err;
@@ -195,7 +244,7 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
                 std::string_view mv;
                 od::value mval;
                 if (auto err = mf.value().get(mval)) return err;
-                if (!mval.get_string().get(mv)) m.content.append(mv);
+                if (!mval.get_string().get(mv)) m.append(mv);
               }
             }
           }
@@ -205,12 +254,17 @@ simdjson::error_code read_message(od::object obj, ChatMessage& m) {
       }
     } else if (key == "name"sv || key == "tool_call_id"sv) {
       std::string_view s;  // part of what the engine renders
-      if (!v.get_string().get(s)) m.content.append(s);
+      if (!v.get_string().get(s)) m.append(s);
     }
     // Other members (tool_calls...) are skipped by the iterator.
   }
-  if (m.role.empty()) return simdjson::NO_SUCH_FIELD;
+  if (!m.has_role()) return simdjson::NO_SUCH_FIELD;
   return simdjson::SUCCESS;
+}
+
+simdjson::error_code read_message(od::object obj, ChatMessage& m) {
+  MessageSink sink{m};
+  return read_message_into(obj, sink);
 }
 
 simdjson::error_code consume_value(od::value v);
@@ -428,13 +482,29 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       od::array arr;
       if (v.get_array().get(arr)) return fail("'messages' must be an array of message objects.", param);
       req.messages.reserve(8);  // most chats; one allocation instead of a regrowth per message
+      if (!limits.keep_message_text && req.rendered.empty()) {
+        // The unescaped text is at most the body's size; the template adds ~48 bytes a message.
+        req.rendered.reserve(body.size() + body.size() / 4 + 128);
+        req.rendered = kChatBegin;
+      }
       size_t i = 0;
       for (auto el : arr) {
         od::object mo;
         if (el.get_object().get(mo))
           return fail(fmt::format("'messages[{}]' must be an object.", i), fmt::format("messages[{}]", i));
         ChatMessage m;
-        if (auto err = read_message(mo, m))
+        simdjson::error_code err;
+        if (limits.keep_message_text) {
+          err = read_message(mo, m);
+        } else {
+          RenderSink sink{req.rendered};
+          err = read_message_into(mo, sink);
+          if (!err) {
+            sink.finish();
+            m.role = std::move(sink.role_name);
+          }
+        }
+        if (err)
           return fail(err == simdjson::NO_SUCH_FIELD
                           ? fmt::format("'messages[{}].role' is required.", i)
                           : fmt::format("'messages[{}]' is malformed: role must be a string and content a string or an array of parts.", i),
@@ -556,15 +626,16 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
     case ApiKind::chat:
       if (!have_messages || req.messages.empty())
         return fail("'messages' is required and must contain at least one message.", "messages");
-      req.rendered = render_chat(req.messages);
+      if (limits.keep_message_text) req.rendered = render_chat(req.messages);
+      else req.rendered += kChatTrailer;  // the messages were rendered as they were read
       break;
     case ApiKind::completion:
       if (!have_prompt) return fail("'prompt' is required.", "prompt");
-      req.rendered = req.prompt;
+      req.rendered = limits.keep_message_text ? req.prompt : std::move(req.prompt);
       break;
     case ApiKind::embedding:
       if (!have_prompt || req.num_inputs == 0) return fail("'input' is required and must not be empty.", "input");
-      req.rendered = req.prompt;
+      req.rendered = limits.keep_message_text ? req.prompt : std::move(req.prompt);
       break;
     case ApiKind::response:
       if (!have_messages || req.messages.empty())

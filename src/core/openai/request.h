@@ -34,6 +34,10 @@ struct ParseLimits {
   size_t max_depth = 64;          // deeper JSON nesting is refused
   size_t max_messages = 100000;
   size_t max_model_bytes = 256;   // a longer model name is refused (it is echoed and logged)
+  // false (the gateway's data path): chat messages are rendered into `rendered` as they are read,
+  // and `messages` keeps their roles only (empty content); a completion's or embedding's `prompt`
+  // is moved into `rendered`. One copy less of a long prompt.
+  bool keep_message_text = true;
 };
 
 // At most `max` bytes of `s`, cut at a UTF-8 character boundary, with "..." appended when cut:
@@ -48,7 +52,7 @@ struct RequestModel {
   bool include_usage = false;
   // Largest of max_tokens / max_completion_tokens / max_output_tokens when any is present.
   std::optional<int64_t> max_output_tokens;
-  std::vector<ChatMessage> messages;  // chat: all messages in order
+  std::vector<ChatMessage> messages;  // chat: all messages in order (roles only: see keep_message_text)
   std::string prompt;                 // completions: the prompt; embeddings: the input(s), joined
   size_t num_inputs = 1;              // embeddings: number of inputs
   // n / best_of (chat, completions): the completions the engine generates for this request, the

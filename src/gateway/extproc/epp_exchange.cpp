@@ -245,7 +245,9 @@ std::optional<EppAnswer> EppExchange::State::prepare() {
 
   // ---- parse: the same request model ----
   auto phase = std::chrono::steady_clock::now();
-  auto parsed = parse_request(kind, body);
+  ParseLimits parse_limits;
+  parse_limits.keep_message_text = false;  // only the rendered prompt is read here
+  auto parsed = parse_request(kind, body, parse_limits);
   observe(OverheadPhase::parse, phase);
   if (!parsed.ok()) return reject(parsed.error, Reason::bad_request, {});
   model = std::move(parsed.request);

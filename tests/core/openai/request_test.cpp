@@ -29,6 +29,52 @@ TEST(RequestParse, ChatFieldsAndRendering) {
   EXPECT_EQ(body.substr(q.model_value_offset, q.model_value_length), "\"llama-3-8b\"");
 }
 
+// keep_message_text = false (the gateway's parse) renders the messages as they are read: the same
+// text as rendering the kept messages, whatever the order of the keys; the messages keep their roles.
+TEST(RequestParse, RenderingWhileReadingGivesTheSameText) {
+  const char* bodies[] = {
+      R"({"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi \u00e9\n"}]})",
+      // content before role; name and tool_call_id appended in key order; parts
+      R"({"model":"m","messages":[{"content":"late role","role":"user","name":"bob"},)"
+      R"({"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"b"}]}]})",
+      // a second role key (the last wins), a second content key (replaces the text so far), null content
+      R"({"model":"m","messages":[{"role":"user","name":"x","content":"first","role":"assistant","content":"second"},{"role":"user","content":null}]})",
+      // the messages key twice: both lists, in order
+      R"({"messages":[{"role":"user","content":"one"}],"model":"m","messages":[{"role":"user","content":"two"}]})",
+  };
+  for (const char* body : bodies) {
+    ParseLimits render_now;
+    render_now.keep_message_text = false;
+    const auto kept = parse_request(ApiKind::chat, body);
+    const auto rendered = parse_request(ApiKind::chat, body, render_now);
+    ASSERT_TRUE(kept.ok()) << body << ": " << kept.error.message;
+    ASSERT_TRUE(rendered.ok()) << body << ": " << rendered.error.message;
+    EXPECT_EQ(rendered.request->rendered, kept.request->rendered) << body;
+    EXPECT_EQ(rendered.request->rendered, render_chat(kept.request->messages)) << body;
+    ASSERT_EQ(rendered.request->messages.size(), kept.request->messages.size()) << body;
+    for (size_t i = 0; i < kept.request->messages.size(); ++i) {
+      EXPECT_EQ(rendered.request->messages[i].role, kept.request->messages[i].role) << body;
+      EXPECT_TRUE(rendered.request->messages[i].content.empty()) << body;
+    }
+  }
+  // The same refusals.
+  for (const char* bad : {R"({"model":"m","messages":[{"content":"no role"}]})", R"({"model":"m","messages":[]})",
+                          R"({"model":"m","messages":[{"role":"user","content":5}]})"}) {
+    ParseLimits render_now;
+    render_now.keep_message_text = false;
+    const auto kept = parse_request(ApiKind::chat, bad);
+    const auto rendered = parse_request(ApiKind::chat, bad, render_now);
+    EXPECT_FALSE(rendered.ok()) << bad;
+    EXPECT_EQ(rendered.error.message, kept.error.message) << bad;
+  }
+  // Completions: the prompt moves into `rendered`.
+  ParseLimits render_now;
+  render_now.keep_message_text = false;
+  const auto c = parse_request(ApiKind::completion, R"({"model":"m","prompt":"once upon"})", render_now);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.request->rendered, "once upon");
+}
+
 TEST(RequestParse, SharedSystemPromptGivesSharedRenderedPrefix) {
   auto a = parse_request(ApiKind::chat, R"({"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"q1"}]})");
   auto b = parse_request(ApiKind::chat, R"({"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"}]})");
