@@ -181,7 +181,7 @@ asio::awaitable<bool> RequestLife::run() {
   auto phase = SteadyClock::now();
   // The body reader left kBodyPadding zeroed bytes of capacity behind it: parsed in place. The
   // messages' text is kept only in the rendered prompt (nothing here reads it from the messages).
-  const std::string& body = req_.body();
+  const BodyBytes& body = req_.body();
   ParseLimits parse_limits;
   parse_limits.keep_message_text = false;
   auto parsed = parse_request(kind_, body, parse_limits, body.capacity() >= body.size() + kBodyPadding);

@@ -1,28 +1,89 @@
-// RequestBody: Beast's string_body with a reader made for large request bodies. Written by hand
-// because Beast's own string_body reader grows the string with resize() (zero-filling every byte
-// before copying it in: ~5% of the gateway's CPU at 220 KB prompts, perf) and reserves exactly the
-// Content-Length, so the JSON parser must copy the body again to get simdjson's padding.
-// This reader appends (one copy, no fill) and reserves kBodyPadding bytes past the declared length,
-// zeroed when the body is complete, so parse_request can read the body in place (request.h).
+// RequestBody: a Beast body type made for large request bodies. Written by hand because Beast's
+// string_body grows its string with resize(), which zero-fills every byte before the data is
+// copied in, and reserves exactly the Content-Length, so the JSON parser would have to copy the
+// body again to get simdjson's padding.
+//
+// Its value is BodyBytes, a byte buffer that grows without writing the new bytes (a std::string
+// cannot: its resize() zero-fills them, ~10% of the gateway's CPU at 220 KB prompts, perf, once the
+// socket reads straight into the body). The reader appends (one copy, no fill) and reserves
+// kBodyPadding bytes past the declared length, zeroed when the body is complete, so parse_request
+// can read the body in place (request.h).
 //
 // In place: a reader of a Content-Length body may be handed bytes that already sit where they
-// belong, at body.data() + the bytes put so far, inside the string's size (the session grows the
-// string ahead of the data and reads from the socket straight into it; see read_body_in_place in
-// session.cpp). Those are taken without a copy; finish() cuts the string back to the bytes put.
+// belong, at data() + the bytes put so far, inside the buffer's size (the session grows the buffer
+// ahead of the data and reads from the socket straight into it, session.cpp). Those are taken
+// without a copy; finish() cuts the buffer back to the bytes put.
 #pragma once
 #include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <boost/optional.hpp>
+#include <algorithm>
 #include <cstdint>
-#include <string>
+#include <cstring>
+#include <memory>
+#include <string_view>
 
 #include "core/openai/request.h"
 
 namespace sluice {
 
-struct RequestBody : boost::beast::http::string_body {
+class BodyBytes {
+ public:
+  BodyBytes() = default;
+  explicit BodyBytes(std::string_view s) { assign(s); }
+  BodyBytes(BodyBytes&&) noexcept = default;
+  BodyBytes& operator=(BodyBytes&&) noexcept = default;
+  BodyBytes(const BodyBytes& o) { assign(o.view()); }
+  BodyBytes& operator=(const BodyBytes& o) {
+    if (this != &o) assign(o.view());
+    return *this;
+  }
+
+  const char* data() const { return buf_.get(); }
+  char* data() { return buf_.get(); }
+  size_t size() const { return size_; }
+  size_t capacity() const { return cap_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const { return {buf_.get(), size_}; }
+  operator std::string_view() const { return view(); }  // NOLINT: used as text everywhere
+  friend bool operator==(const BodyBytes& a, std::string_view b) { return a.view() == b; }
+
+  // Capacity for n bytes, keeping the contents (never shrinks).
+  void reserve(size_t n) {
+    if (n <= cap_) return;
+    auto grown = std::make_unique_for_overwrite<char[]>(n);
+    if (size_ > 0) std::memcpy(grown.get(), buf_.get(), size_);
+    buf_ = std::move(grown);
+    cap_ = n;
+  }
+  // Grows (or cuts) the size to n; new bytes are not written (the caller fills them).
+  void resize_for_overwrite(size_t n) {
+    if (n > cap_) reserve(std::max(n, cap_ + cap_ / 2));
+    size_ = n;
+  }
+  void append(const char* p, size_t n) {
+    if (n == 0) return;
+    const size_t at = size_;
+    resize_for_overwrite(size_ + n);
+    std::memcpy(buf_.get() + at, p, n);
+  }
+  void assign(std::string_view s) {
+    size_ = 0;
+    append(s.data(), s.size());
+  }
+  void clear() { size_ = 0; }
+
+ private:
+  std::unique_ptr<char[]> buf_;
+  size_t size_ = 0, cap_ = 0;
+};
+
+struct RequestBody {
+  using value_type = BodyBytes;
+
+  static std::uint64_t size(const value_type& body) { return body.size(); }
+
   class reader {
    public:
     template <bool isRequest, class Fields>
@@ -31,7 +92,7 @@ struct RequestBody : boost::beast::http::string_body {
     void init(const boost::optional<std::uint64_t>& length, boost::system::error_code& ec) {
       ec = {};
       if (!length) return;
-      if (*length > body_.max_size() - kBodyPadding) {
+      if (*length > (std::uint64_t{1} << 40)) {
         ec = boost::beast::http::error::buffer_overflow;
         return;
       }
@@ -44,10 +105,10 @@ struct RequestBody : boost::beast::http::string_body {
       std::size_t n = 0;
       for (const auto b : boost::beast::buffers_range_ref(buffers)) {
         const char* data = static_cast<const char*>(b.data());
-        if (data == body_.data() + put_ && put_ + b.size() <= body_.size()) {
+        if (b.size() > 0 && data == body_.data() + put_ && put_ + b.size() <= body_.size()) {
           put_ += b.size();  // already in place
         } else {
-          body_.resize(put_);  // (a no-op unless in-place bytes were offered before)
+          body_.resize_for_overwrite(put_);  // (a no-op unless in-place bytes were offered before)
           body_.append(data, b.size());
           put_ = body_.size();
         }
@@ -58,18 +119,14 @@ struct RequestBody : boost::beast::http::string_body {
 
     void finish(boost::system::error_code& ec) {
       ec = {};
-      body_.resize(put_);  // what was grown ahead of in-place reads and not filled
+      body_.resize_for_overwrite(put_);  // what was grown ahead of in-place reads and not filled
       // Zero the padding (initialised bytes for the parser to read past the end), keeping the size.
-      const size_t size = body_.size();
-      if (body_.capacity() >= size + kBodyPadding) {
-        body_.append(kBodyPadding, '\0');
-        body_.resize(size);
-      }
+      if (body_.capacity() >= put_ + kBodyPadding) std::memset(body_.data() + put_, 0, kBodyPadding);
     }
 
    private:
     value_type& body_;
-    size_t put_ = 0;  // body bytes put (the string may be longer while in-place reads are under way)
+    size_t put_ = 0;  // body bytes put (the buffer may be longer while in-place reads are under way)
   };
 };
 

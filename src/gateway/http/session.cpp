@@ -31,7 +31,7 @@ constexpr size_t kMaxEarlyBytes = 64 << 10;
 // The connection's read buffer holds a header block, or unparsed bytes (a chunk-size line with its
 // extensions, pipelined requests): bounded, so a never-ending chunk extension is a 400, not memory.
 constexpr size_t kReadBufferSlack = 256 << 10;
-// How far a Content-Length body's string is grown ahead of the bytes read into it: what a client
+// How far a Content-Length body's buffer is grown ahead of the bytes read into it: what a client
 // that announces a large body and sends little can make the gateway hold, like kReadBufferSlack.
 constexpr size_t kBodyReadAhead = 256 << 10;
 }  // namespace
@@ -337,15 +337,16 @@ asio::awaitable<void> Session::run() {
         boost::system::error_code ec = put_buffered(parser, buffer_, true);
         if (!ec && !parser.is_done()) {
           if (const auto length = parser.content_length(); length && buffer_.size() == 0) {
-            // A Content-Length body: read from the socket straight into the body string, grown
-            // (zero-filled, charged) at most kBodyReadAhead past the bytes put, instead of through
+            // A Content-Length body: read from the socket straight into the body's buffer, grown
+            // (not written, charged) at most kBodyReadAhead past the bytes put, instead of through
             // buffer_ and a copy (RequestBody takes bytes already in place without copying them).
             auto& body = req.body();
             const size_t filled = static_cast<size_t>(*length - parser.content_length_remaining().value_or(0));
             // The whole capacity first (RequestBody's init would reserve it, but only once it is
-            // handed the first body bytes, which would move the string under the read).
-            if (body.capacity() < *length + kBodyPadding) body.reserve(static_cast<size_t>(*length) + kBodyPadding);
-            if (body.size() <= filled) body.resize(std::min<size_t>(filled + kBodyReadAhead, static_cast<size_t>(*length)));
+            // handed the first body bytes, which would move the buffer under the read).
+            body.reserve(static_cast<size_t>(*length) + kBodyPadding);
+            if (body.size() <= filled)
+              body.resize_for_overwrite(std::min<size_t>(filled + kBodyReadAhead, static_cast<size_t>(*length)));
             if (!body_charge.grow_to(body.size(), limits.max_buffered_body_bytes)) {
               over_budget = true;
               break;

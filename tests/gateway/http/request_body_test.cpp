@@ -13,7 +13,7 @@ namespace http = boost::beast::http;
 
 // Feeds `wire` to a RequestBody parser in pieces of `piece` bytes, as reads from a socket would
 // (bytes the parser did not take yet stay pending, as in the session's flat_buffer).
-std::string read_body(const std::string& wire, size_t piece, std::string* padding = nullptr) {
+BodyBytes read_body(const std::string& wire, size_t piece, std::string* padding = nullptr) {
   http::request_parser<RequestBody> parser;
   parser.eager(true);
   boost::beast::error_code ec;
@@ -28,20 +28,20 @@ std::string read_body(const std::string& wire, size_t piece, std::string* paddin
     pending.erase(0, used);
   }
   EXPECT_TRUE(parser.is_done());
-  const std::string& b = parser.get().body();
+  const BodyBytes& b = parser.get().body();
   if (padding) {
     *padding = b.capacity() >= b.size() + kBodyPadding ? "padded" : "short";
     if (*padding == "padded")
       for (size_t i = 0; i < kBodyPadding; ++i)
         if (b.data()[b.size() + i] != '\0') *padding = "not zeroed";
   }
-  return b;
+  return std::move(parser.get().body());  // the buffer itself: its padding goes with it
 }
 
 // As the session reads a Content-Length body: the header (and `head_extra` body bytes that came
 // with it) through a buffer, then the rest straight into the body string, grown at most `ahead`
 // bytes past what was put (zero-filled), in reads of at most `piece` bytes.
-std::string read_in_place(const std::string& wire, size_t head_extra, size_t ahead, size_t piece, std::string* padding) {
+BodyBytes read_in_place(const std::string& wire, size_t head_extra, size_t ahead, size_t piece, std::string* padding) {
   http::request_parser<RequestBody> parser;
   parser.eager(true);
   boost::beast::error_code ec;
@@ -55,11 +55,11 @@ std::string read_in_place(const std::string& wire, size_t head_extra, size_t ahe
     EXPECT_FALSE(ec) << ec.message();
   }
   const uint64_t length = parser.content_length().value_or(0);
-  std::string& body = parser.get().body();
+  BodyBytes& body = parser.get().body();
   while (!parser.is_done()) {
     const size_t filled = static_cast<size_t>(length - parser.content_length_remaining().value_or(0));
-    if (body.capacity() < length + kBodyPadding) body.reserve(length + kBodyPadding);  // as the session does
-    if (body.size() <= filled) body.resize(std::min<size_t>(filled + ahead, length));
+    body.reserve(length + kBodyPadding);  // as the session does
+    if (body.size() <= filled) body.resize_for_overwrite(std::min<size_t>(filled + ahead, length));
     const size_t n = std::min({piece, body.size() - filled, wire.size() - at});
     std::memcpy(body.data() + filled, wire.data() + at, n);  // the socket's read
     at += n;
@@ -74,7 +74,7 @@ std::string read_in_place(const std::string& wire, size_t head_extra, size_t ahe
       for (size_t i = 0; i < kBodyPadding; ++i)
         if (body.data()[body.size() + i] != '\0') *padding = "not zeroed";
   }
-  return body;
+  return std::move(body);
 }
 
 std::string request_with(const std::string& body) {
@@ -87,7 +87,7 @@ TEST(RequestBody, ContentLengthBodiesArriveWholeWithZeroedPaddingPastTheEnd) {
   body += std::string(200000, 'x') + R"("}]})";
   for (size_t piece : {size_t{7}, size_t{4096}, size_t{1} << 20}) {
     std::string padded;
-    EXPECT_EQ(read_body(request_with(body), piece, &padded), body) << piece;
+    EXPECT_EQ(read_body(request_with(body), piece, &padded).view(), body) << piece;
     EXPECT_EQ(padded, "padded") << piece;
   }
 }
@@ -101,22 +101,44 @@ TEST(RequestBody, BytesReadStraightIntoTheBodyAreTakenInPlace) {
   for (size_t head_extra : {size_t{0}, size_t{100}})
     for (auto [ahead, piece] : {std::pair<size_t, size_t>{4096, 1000}, {4096, 4096}, {1000, 4096}, {1 << 20, 7777}}) {
       std::string padded;
-      EXPECT_EQ(read_in_place(request_with(body), head_extra, ahead, piece, &padded), body) << ahead << " " << piece;
+      EXPECT_EQ(read_in_place(request_with(body), head_extra, ahead, piece, &padded).view(), body) << ahead << " " << piece;
       EXPECT_EQ(padded, "padded") << ahead << " " << piece;
     }
+}
+
+TEST(RequestBody, BodyBytesKeepTheirContentsAsTheyGrow) {
+  BodyBytes b;
+  EXPECT_TRUE(b.empty());
+  b.append("abc", 3);
+  b.reserve(1000);  // keeps the bytes
+  EXPECT_EQ(b.view(), "abc");
+  EXPECT_GE(b.capacity(), 1000u);
+  b.resize_for_overwrite(6);
+  std::memcpy(b.data() + 3, "def", 3);
+  for (int i = 0; i < 2000; ++i) b.append("x", 1);  // grows past the reserve
+  EXPECT_EQ(b.size(), 2006u);
+  EXPECT_EQ(b.view().substr(0, 7), "abcdefx");
+  BodyBytes copy = b;
+  EXPECT_EQ(copy.view(), b.view());
+  b.resize_for_overwrite(2);  // cuts
+  EXPECT_EQ(b.view(), "ab");
+  copy = b;
+  EXPECT_EQ(copy.view(), "ab");
+  BodyBytes moved = std::move(copy);
+  EXPECT_EQ(moved.view(), "ab");
 }
 
 TEST(RequestBody, ChunkedBodiesArriveWhole) {
   const std::string wire =
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n3\r\n12}\r\n0\r\n\r\n";
-  EXPECT_EQ(read_body(wire, 3), "{\"a\":12}");
+  EXPECT_EQ(read_body(wire, 3).view(), "{\"a\":12}");
 }
 
 TEST(RequestBody, AParseInPlaceGivesWhatACopiedParseGives) {
   std::string padded;
   const std::string body = R"({"model":"m","max_tokens":7,"messages":[{"role":"system","content":"be brief"},)"
                            R"({"role":"user","content":"hello \u00e9"}]})";
-  const std::string got = read_body(request_with(body), 16, &padded);
+  const BodyBytes got = read_body(request_with(body), 16, &padded);
   ASSERT_EQ(padded, "padded");
   const ParseResult in_place = parse_request(ApiKind::chat, got, {}, true);
   const ParseResult copied = parse_request(ApiKind::chat, body);
@@ -128,7 +150,7 @@ TEST(RequestBody, AParseInPlaceGivesWhatACopiedParseGives) {
   EXPECT_EQ(in_place.request->max_output_tokens, 7);
   // Bad JSON is refused the same way in place.
   const std::string bad = R"({"model":"m","messages":[)";
-  const std::string bad_got = read_body(request_with(bad), 5, &padded);
+  const BodyBytes bad_got = read_body(request_with(bad), 5, &padded);
   EXPECT_FALSE(parse_request(ApiKind::chat, bad_got, {}, true).ok());
 }
 
