@@ -411,7 +411,7 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
       stored_responses_.erase(stored_order_.front());
       stored_order_.pop_front();
     }
-    stored_responses_[ids.id] = conversation + first.text + "<|eot_id|>";
+    stored_responses_[ids.id] = conversation + first.text + std::string(kChatEndOfTurn);
     stored_order_.push_back(ids.id);
   }
   const std::string_view status = first.finished == engine::FinishReason::length ? "incomplete" : "completed";

@@ -15,9 +15,20 @@ struct ChatMessage {
 };
 
 // The text before the first message, and after the last (the assistant header the model continues
-// from). parse_request renders straight from the parser with these (request.cpp's RenderSink).
+// from). parse_request renders straight from the parser with these and the per-message framing
+// below (request.cpp's RenderSink).
 inline constexpr std::string_view kChatBegin = "<|begin_of_text|>";
 inline constexpr std::string_view kChatTrailer = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+
+// The end of each message's turn.
+inline constexpr std::string_view kChatEndOfTurn = "<|eot_id|>";
+
+// Appends the header that opens a message of `role` (its text follows, then kChatEndOfTurn).
+inline void append_chat_header(std::string& out, std::string_view role) {
+  out += "<|start_header_id|>";
+  out += role;
+  out += "<|end_header_id|>\n\n";
+}
 
 // Renders messages in order, then the assistant header that the model continues from.
 inline std::string render_chat(const std::vector<ChatMessage>& messages) {
@@ -28,11 +39,9 @@ inline std::string render_chat(const std::vector<ChatMessage>& messages) {
   for (const auto& m : messages) n += m.role.size() + m.content.size() + 48;
   out.reserve(n + 48);
   for (const auto& m : messages) {
-    out += "<|start_header_id|>";
-    out += m.role;
-    out += "<|end_header_id|>\n\n";
+    append_chat_header(out, m.role);
     out += m.content;
-    out += "<|eot_id|>";
+    out += kChatEndOfTurn;
   }
   out += kChatTrailer;
   return out;

@@ -178,9 +178,7 @@ struct RenderSink {
     }
     role_name.assign(r);
     header_at = out.size();
-    out += "<|start_header_id|>";
-    out += r;
-    out += "<|end_header_id|>\n\n";
+    append_chat_header(out, r);
     text_at = out.size();
     out += held;
     held.clear();
@@ -194,7 +192,7 @@ struct RenderSink {
     else out.append(s);
   }
   bool has_role() const { return !role_name.empty(); }
-  void finish() { out += "<|eot_id|>"; }
+  void finish() { out += kChatEndOfTurn; }
 };
 
 // A message's fields, in key order: its role to sink.role(), its text (content, text parts, name,

@@ -31,7 +31,6 @@ namespace sluice {
 class BodyBytes {
  public:
   BodyBytes() = default;
-  explicit BodyBytes(std::string_view s) { assign(s); }
   BodyBytes(BodyBytes&&) noexcept = default;
   BodyBytes& operator=(BodyBytes&&) noexcept = default;
   BodyBytes(const BodyBytes& o) { assign(o.view()); }
@@ -44,10 +43,8 @@ class BodyBytes {
   char* data() { return buf_.get(); }
   size_t size() const { return size_; }
   size_t capacity() const { return cap_; }
-  bool empty() const { return size_ == 0; }
   std::string_view view() const { return {buf_.get(), size_}; }
   operator std::string_view() const { return view(); }  // NOLINT: used as text everywhere
-  friend bool operator==(const BodyBytes& a, std::string_view b) { return a.view() == b; }
 
   // Capacity for n bytes, keeping the contents (never shrinks).
   void reserve(size_t n) {
@@ -72,7 +69,6 @@ class BodyBytes {
     size_ = 0;
     append(s.data(), s.size());
   }
-  void clear() { size_ = 0; }
 
  private:
   std::unique_ptr<char[]> buf_;

@@ -108,7 +108,7 @@ TEST(RequestBody, BytesReadStraightIntoTheBodyAreTakenInPlace) {
 
 TEST(RequestBody, BodyBytesKeepTheirContentsAsTheyGrow) {
   BodyBytes b;
-  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.size(), 0u);
   b.append("abc", 3);
   b.reserve(1000);  // keeps the bytes
   EXPECT_EQ(b.view(), "abc");
