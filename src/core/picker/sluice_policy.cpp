@@ -45,8 +45,10 @@ namespace {
 // sluice_itl_ms are this same code (batch_itl, cost_and_itl), not copies of it.
 [[gnu::always_inline]] inline double expected_excess(double mean, double sd, double limit) {
   if (!(sd > 0)) return std::max(0.0, mean - limit);
+  // Below -8 sd (an excess under 1e-16 sd) it is 0: most endpoints at light load skip exp and erfc,
+  // and the test needs no division (-8 sd is exact).
+  if (mean - limit < -8 * sd) [[likely]] return 0.0;
   const double z = (mean - limit) / sd;
-  if (z < -8) [[likely]] return 0.0;  // below 1e-16 sd: skips exp and erfc (most endpoints at light load)
   const double pdf = 0.3989422804014327 * std::exp(-0.5 * z * z);
   const double cdf = 0.5 * std::erfc(-z * 0.7071067811865476);
   return std::max(0.0, (mean - limit) * cdf + sd * pdf);
@@ -279,10 +281,9 @@ double SluicePolicy::pool_arrivals(size_t endpoints) const {
   return rate_.input_per_ms / std::max(1.0, mean_prompt_) / static_cast<double>(std::max<size_t>(1, endpoints));
 }
 
-double SluicePolicy::arrivals_of(size_t i, double pool) const {
-  const double prompt = std::max(1.0, mean_prompt_);
+double SluicePolicy::arrivals_of(size_t i, double pool, double per_prompt) const {
   if (i >= endpoint_input_.size()) return pool;
-  const double own = endpoint_input_[i].per_ms / prompt;
+  const double own = endpoint_input_[i].per_ms * per_prompt;
   const double n = own * 2000.0;
   return (n * own + pool) / (n + 1.0);
 }
@@ -322,6 +323,8 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   const double duty = embed ? 0.0 : prefill_duty(endpoints, now);
   const Duty factors(duty);
   const double pool_arrivals_per_ms = pool_arrivals(endpoints.size());
+  // 1 / the mean prompt, once per decision (arrivals_of divided by it for every endpoint).
+  const double per_prompt = 1.0 / std::max(1.0, mean_prompt_);
   const bool adapter = !req.adapter.empty();
   const PrefixIndex& ix = prefix_.index();
   // The prefix cache's free room is known for the index's endpoints (not for embeddings or the oracle).
@@ -383,7 +386,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     }
     in.prefill_duty = duty;
     in.reuse = reuse;
-    in.arrivals_per_ms = arrivals_of(i, pool_arrivals_per_ms);
+    in.arrivals_per_ms = arrivals_of(i, pool_arrivals_per_ms, per_prompt);
     in.cache_free_tokens = SluiceInputs{}.cache_free_tokens;
     if (v.index < indexed)
       in.cache_free_tokens = static_cast<double>(std::max<int64_t>(0, ix.capacity(v.index) - static_cast<int64_t>(ix.entries(v.index)))) *

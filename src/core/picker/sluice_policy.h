@@ -302,7 +302,7 @@ class SluicePolicy : public Policy {
   const char* last_text_ = nullptr;
   size_t last_text_size_ = 0;
   double pool_arrivals(size_t endpoints) const;           // the pool's mean, per endpoint
-  double arrivals_of(size_t i, double pool) const;
+  double arrivals_of(size_t i, double pool, double per_prompt) const;  // per_prompt = 1 / max(1, mean prompt)
 };
 
 }  // namespace sluice

@@ -4,8 +4,10 @@
 // Blocks. The rendered request text (chat template applied, all messages in order, or the prompt)
 // is cut into blocks of `block_chars` characters = the engine's block_size tokens x ~4 characters
 // (16 tokens -> 64 characters). Only full blocks count, as in the engine. Block hashes are chained:
-//   h_0 = XXH64(model \0 adapter \0 cache_salt, 0),  h_i = XXH3_64(block_i, seed = h_{i-1})
-// (xxHash's XXH3 64-bit function per block: ~4x faster than XXH64 on 64-byte inputs.)
+//   h_0 = XXH64(model \0 adapter \0 cache_salt, 0),  h_i = mix((h_{i-1} xor XXH3_64(block_i)) x phi)
+// with phi = 0x9E3779B97F4A7C15 and mix(x) = x xor (x >> 32). Each block's own XXH3 hash does not
+// depend on the blocks before it, so several are computed at once; only the multiply-and-shift link
+// is sequential (XXH3 seeded with h_{i-1}, as before, made every block wait for the last).
 // so the same text under another model, adapter or salt never matches, and a block matches only if
 // every block before it matched (longest common prefix in whole blocks, like vLLM's hash chain).
 // A request hashes its whole text up to `max_blocks` (the policies default to 8192 blocks = 512k
