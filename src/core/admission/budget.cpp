@@ -9,19 +9,7 @@ namespace sluice {
 
 namespace {
 
-constexpr size_t kReq = static_cast<size_t>(LimitDimension::requests);
-constexpr size_t kIn = static_cast<size_t>(LimitDimension::input_tokens);
-constexpr size_t kOut = static_cast<size_t>(LimitDimension::output_tokens);
-constexpr size_t kDay = static_cast<size_t>(LimitDimension::daily_tokens);
-
-std::string_view dimension_label(size_t d) {
-  switch (d) {
-    case kReq: return "requests per min (RPM)";
-    case kIn: return "input tokens per min (ITPM)";
-    case kOut: return "output tokens per min (OTPM)";
-    default: return "tokens per day (TPD)";
-  }
-}
+using namespace limit_dim;
 
 std::array<std::optional<Gcra>, kLimitDimensionCount> buckets_for(const RateLimits& l) {
   std::array<std::optional<Gcra>, kLimitDimensionCount> b;
@@ -34,10 +22,6 @@ std::array<std::optional<Gcra>, kLimitDimensionCount> buckets_for(const RateLimi
   return b;
 }
 
-std::array<int64_t, kLimitDimensionCount> amounts(const TokenCost& c) {
-  return {1, c.input_tokens, c.output_bound, c.input_tokens + c.output_bound};
-}
-
 // Keeps the dimension with the fewest remaining units.
 void tighter(RateLimitStatus::Dim& into, const Gcra& g, Time now) {
   const int64_t rem = g.remaining(now);
@@ -46,6 +30,19 @@ void tighter(RateLimitStatus::Dim& into, const Gcra& g, Time now) {
 }
 
 }  // namespace
+
+std::string_view limit_label(size_t d) {
+  switch (d) {
+    case limit_dim::kReq: return "requests per min (RPM)";
+    case limit_dim::kIn: return "input tokens per min (ITPM)";
+    case limit_dim::kOut: return "output tokens per min (OTPM)";
+    default: return "tokens per day (TPD)";
+  }
+}
+
+std::array<int64_t, kLimitDimensionCount> limit_amounts(const TokenCost& c) {
+  return {1, c.input_tokens, c.output_bound, c.input_tokens + c.output_bound};
+}
 
 std::string_view to_string(LimitDimension d) {
   switch (d) {
@@ -167,7 +164,7 @@ ReserveResult Budget::reserve(const Tenant& tenant, std::string_view model, cons
   TenantState& st = state_[tenant.id];
   const ModelLimits* ml = tenant.limits_for_model(model);
   const int32_t scope = ml ? static_cast<int32_t>(ml - tenant.model_limits.data()) : -1;
-  const auto need = amounts(cost);
+  const auto need = limit_amounts(cost);
 
   std::array<Scope*, 2> scopes{&st.tenant, scope >= 0 ? &st.models[scope] : nullptr};
   ReserveResult result;
@@ -207,14 +204,14 @@ ReserveResult Budget::reserve(const Tenant& tenant, std::string_view model, cons
       d.error.message = fmt::format(
           "Request too large for {} on {}: Limit {}, Requested {}. The input or output tokens must be "
           "reduced in order to run successfully.",
-          who, dimension_label(worst_dim), worst_bucket->burst(), need[worst_dim]);
+          who, limit_label(worst_dim), worst_bucket->burst(), need[worst_dim]);
     } else {
       d.reason = RejectReason::rate_limit;
       d.retry_after = jittered(worst, rng, jitter_);
       const int64_t used = worst_bucket->burst() - worst_bucket->remaining(now);
       d.error.message = fmt::format(
           "Rate limit reached for {} on {}: Limit {}, Used {}, Requested {}. Please try again in {}.",
-          who, dimension_label(worst_dim), worst_bucket->limit(), used, need[worst_dim],
+          who, limit_label(worst_dim), worst_bucket->limit(), used, need[worst_dim],
           format_go_duration(d.retry_after));
     }
     result.status = status_locked(st, scope, now);
@@ -251,7 +248,7 @@ ReserveResult Budget::reserve(const Tenant& tenant, std::string_view model, cons
 void Budget::apply_settlement(const Reservation& r, const Usage& actual, bool refund_all, Time now) {
   observe(now);
   std::array<int64_t, kLimitDimensionCount> delta{};  // > 0 charge extra, < 0 refund
-  const auto reserved = amounts(r.cost_);
+  const auto reserved = limit_amounts(r.cost_);
   if (refund_all) {
     for (size_t d = 0; d < kLimitDimensionCount; ++d) delta[d] = -reserved[d];
   } else {

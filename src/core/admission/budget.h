@@ -59,6 +59,18 @@ struct TokenCost {
   int64_t output_bound = 0;  // see output_bound_for
 };
 
+// The dimensions as indices into per-dimension arrays (the local and the shared budget's).
+namespace limit_dim {
+inline constexpr size_t kReq = static_cast<size_t>(LimitDimension::requests);
+inline constexpr size_t kIn = static_cast<size_t>(LimitDimension::input_tokens);
+inline constexpr size_t kOut = static_cast<size_t>(LimitDimension::output_tokens);
+inline constexpr size_t kDay = static_cast<size_t>(LimitDimension::daily_tokens);
+}  // namespace limit_dim
+// A dimension's name in a rejection's message: "requests per min (RPM)", ...
+std::string_view limit_label(size_t dimension);
+// What a request costs in each dimension: 1 request, its input, its output bound, both per day.
+std::array<int64_t, kLimitDimensionCount> limit_amounts(const TokenCost& c);
+
 // Actual usage at the end (from the engine's usage, or counted from what was streamed).
 struct Usage {
   int64_t input_tokens = 0;

@@ -9,26 +9,10 @@ namespace sluice {
 
 namespace {
 
-constexpr size_t kReq = static_cast<size_t>(LimitDimension::requests);
-constexpr size_t kIn = static_cast<size_t>(LimitDimension::input_tokens);
-constexpr size_t kOut = static_cast<size_t>(LimitDimension::output_tokens);
-constexpr size_t kDay = static_cast<size_t>(LimitDimension::daily_tokens);
-
-std::string_view dimension_label(size_t d) {
-  switch (d) {
-    case kReq: return "requests per min (RPM)";
-    case kIn: return "input tokens per min (ITPM)";
-    case kOut: return "output tokens per min (OTPM)";
-    default: return "tokens per day (TPD)";
-  }
-}
+using namespace limit_dim;
 
 std::array<std::optional<int64_t>, kLimitDimensionCount> limits_of(const RateLimits& l) {
   return {l.requests_per_min, l.input_tokens_per_min, l.output_tokens_per_min, l.tokens_per_day};
-}
-
-std::array<int64_t, kLimitDimensionCount> amounts(const TokenCost& c) {
-  return {1, c.input_tokens, c.output_bound, c.input_tokens + c.output_bound};
 }
 
 int64_t burst_of(const GcraSpec& s) { return s.burst > 0 ? s.burst : s.limit; }
@@ -172,7 +156,7 @@ std::optional<Denial> SharedBudget::too_large(TenantState& st, const Tenant& ten
     den.error.message = fmt::format(
         "Request too large for {} on {}: Limit {}, Requested {}. The input or output tokens must be reduced in "
         "order to run successfully.",
-        who, dimension_label(d), burst_of(b.ref.spec), need[d]);
+        who, limit_label(d), burst_of(b.ref.spec), need[d]);
     out = std::move(den);
   });
   return out;
@@ -194,7 +178,7 @@ SharedReserveResult SharedBudget::reserve_local(const Tenant& tenant, std::strin
                                                 Time now) {
   observe(now);
   const TokenCost cost{std::max<int64_t>(0, cost_in.input_tokens), std::max<int64_t>(0, cost_in.output_bound)};
-  const Need need = amounts(cost);
+  const Need need = limit_amounts(cost);
   const int32_t scope = scope_of(tenant, model);
   TenantState& st = state_[tenant.id];
   SharedReserveResult out;
@@ -249,7 +233,7 @@ SharedReserveResult SharedBudget::complete(const LeaseAsk& ask, const ScriptRepl
   observe(now);
   const Tenant& tenant = tenants_->tenant(ask.tenant);
   TenantState& st = state_[ask.tenant];
-  const Need need = amounts(ask.cost);
+  const Need need = limit_amounts(ask.cost);
   SharedReserveResult out;
   std::unique_lock lock(st.mu);
   size_t i = 0;
@@ -298,7 +282,7 @@ SharedReserveResult SharedBudget::complete(const LeaseAsk& ask, const ScriptRepl
   const int64_t used = worst ? burst_of(worst->ref.spec) - worst->shared_remaining : 0;
   den.error.message =
       fmt::format("Rate limit reached for {} on {}: Limit {}, Used {}, Requested {}. Please try again in {}.", who,
-                  dimension_label(worst_dim), limit, used, need[worst_dim], format_go_duration(den.retry_after));
+                  limit_label(worst_dim), limit, used, need[worst_dim], format_go_duration(den.retry_after));
   lock.unlock();
   if (counters_) counters_->reject(den.reason);
   out.denial = std::move(den);
@@ -309,7 +293,7 @@ SharedReserveResult SharedBudget::reserve_fallback(const Tenant& tenant, std::st
                                                    Time now, AdmissionRng& rng) {
   observe(now);
   const TokenCost cost{std::max<int64_t>(0, cost_in.input_tokens), std::max<int64_t>(0, cost_in.output_bound)};
-  const Need need = amounts(cost);
+  const Need need = limit_amounts(cost);
   const int32_t scope = scope_of(tenant, model);
   const int n = replicas();
   TenantState& st = state_[tenant.id];
@@ -352,7 +336,7 @@ SharedReserveResult SharedBudget::reserve_fallback(const Tenant& tenant, std::st
   den.error.message = fmt::format(
       "Rate limit reached for {} on {} (shared budget store unreachable: this gateway enforces its 1/{} share, Limit "
       "{}). Please try again in {}.",
-      tenant.name, dimension_label(worst_dim), n, worst_b->fallback->limit(), format_go_duration(den.retry_after));
+      tenant.name, limit_label(worst_dim), n, worst_b->fallback->limit(), format_go_duration(den.retry_after));
   out.status = status_locked(st, scope, now);
   lock.unlock();
   if (counters_) counters_->reject(den.reason);
@@ -379,7 +363,7 @@ SharedReserveResult SharedBudget::unavailable(const Tenant& tenant, std::string_
 }
 
 void SharedBudget::apply_settlement(const SharedReservation& r, const Usage& actual, bool refund_all) {
-  const Need reserved = amounts(r.cost_);
+  const Need reserved = limit_amounts(r.cost_);
   Need used{};
   if (!refund_all) {
     const int64_t in = std::max<int64_t>(0, actual.input_tokens - std::max<int64_t>(0, actual.cached_input_tokens));
