@@ -100,7 +100,8 @@ TEST(PoolRouterPicker, PredictedCachedTokensTakeTheEvictionForecast) {
   kv::EventBatch removed;
   removed.events.push_back(kv::BlockRemoved{{5061}, "GPU"});
   ev->apply(1, removed, 2, 0, t0 + 100ms);
-  const auto small = req_of(std::string(400, 'z'));
+  const std::string small_text(400, 'z');  // outlives the request, whose text is a view of it
+  const auto small = req_of(small_text);
   DispatchGuard g1 = r.dispatch(small, Candidate{1, 0.0, 0, false}, t0 + 110ms);
   c = r.rank(req, t0 + 120ms);
   ASSERT_EQ(c[0].endpoint, 1u);
