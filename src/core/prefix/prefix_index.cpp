@@ -333,11 +333,11 @@ uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint
   const size_t total = std::min(text.size() / block_chars, max_blocks);
   uint64_t running = ne == 64 ? ~uint64_t{0} : (uint64_t{1} << ne) - 1;
   // The hashes run kAhead blocks ahead of the probes, each slot prefetched when its hash is known,
-  // so every probe's cache line has had kAhead hashes (~10 ns each: the chained hash is
-  // latency-bound) to arrive. The blocks hashed past the deepest match are wasted work, so the lead
-  // is short: with 8 (a window sliding one block at a time, rather than chunks of 32 hashed then
-  // probed) a 64-endpoint decision on a 16k-character prompt took ~0.4 us less, hit or miss
-  // (sluice_microbench, the 92 MB index).
+  // so every probe's cache line has had kAhead hashes (and the probes between) to arrive. The
+  // blocks hashed past the deepest match are wasted work, so the lead is short: with 8 (a window
+  // sliding one block at a time, rather than chunks of 32 hashed then probed) a 64-endpoint
+  // decision on a 16k-character prompt took ~0.4 us less, hit or miss (sluice_microbench, the 92 MB
+  // index). With chain_block's cheaper link, 16 ahead was slower again (bench/results, round 15).
   constexpr size_t kAhead = 8;
   uint64_t hashes[kAhead];
   uint64_t h = seed;

@@ -7,9 +7,10 @@
 //   h_0 = XXH64(model \0 adapter \0 cache_salt, 0),  h_i = mix((h_{i-1} xor XXH3_64(block_i)) x phi)
 // with phi = 0x9E3779B97F4A7C15 and mix(x) = x xor (x >> 32). Each block's own XXH3 hash does not
 // depend on the blocks before it, so several are computed at once; only the multiply-and-shift link
-// is sequential (XXH3 seeded with h_{i-1}, as before, made every block wait for the last).
-// so the same text under another model, adapter or salt never matches, and a block matches only if
-// every block before it matched (longest common prefix in whole blocks, like vLLM's hash chain).
+// is sequential (the chain used to be XXH3 seeded with h_{i-1}, which made every block wait for the
+// one before it). So the same text under another model, adapter or salt never matches, and a block
+// matches only if every block before it matched (longest common prefix in whole blocks, like vLLM's
+// hash chain).
 // A request hashes its whole text up to `max_blocks` (the policies default to 8192 blocks = 512k
 // characters, ~128k tokens: every real context fits; the cap only bounds hostile bodies).
 //
