@@ -37,7 +37,12 @@ struct Event {
 
 // One request between its arrival and its last token.
 struct Flight {
+  uint64_t id = 0;
   std::string tenant;
+  std::string group;     // with FleetConfig::trace
+  std::string explain;   // with FleetConfig::trace 2: the pick's explanation
+  int endpoint = -1;     // -1: never dispatched
+  int64_t engine_cached = -1;  // the engine's cached prompt tokens at admission (-1: not admitted)
   TenantId tenant_id = 0;
   Time sent{};
   Time dispatched{};
@@ -186,6 +191,7 @@ class Simulation {
     r.hot_group = std::string(hot_.group());
     r.hot_prefix_blocks = hot_.prefix_blocks();
     r.hot_samples = hot_.samples();
+    r.trace = std::move(trace_);
     r.virtual_seconds = to_seconds(now_);
     r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     return r;
@@ -290,8 +296,11 @@ class Simulation {
                                   cfg_.engine.block_size, current_hashes_);
       current_tokens_ = int64_t(er.prompt.size());
     }
-    auto ranked = router->rank(pick, now_);
     Flight f;
+    f.id = id;
+    if (cfg_.trace > 0) f.group = req.group;
+    if (cfg_.trace > 1) f.explain = router->explain_json(pick, now_);
+    auto ranked = router->rank(pick, now_);
     f.tenant = req.tenant;
     f.tenant_id = tenant_id(req.tenant);
     f.sent = sent;
@@ -309,6 +318,7 @@ class Simulation {
     if (auto& ev = gateways_[g].events)
       ev->count(chosen.endpoint, [&](KvEndpointCounters& c) { std::copy(c.prompt_tokens, c.prompt_tokens + 3, before); });
     f.guard = router->dispatch(pick, chosen, now_);
+    f.endpoint = static_cast<int>(chosen.endpoint);
     f.predicted_cached = chosen.predicted_cached_tokens;
     if (auto& ev = gateways_[g].events)
       ev->count(chosen.endpoint, [&](KvEndpointCounters& c) {
@@ -354,6 +364,7 @@ class Simulation {
       auto& f = it->second;
       if (!f.admitted) {  // the first output: the engine's hit at admission is known
         f.admitted = true;
+        f.engine_cached = out.cached_tokens;
         predicted_cached_ += std::max<int64_t>(0, f.predicted_cached);
         engine_cached_ += out.cached_tokens;
         by_source_[f.source][0] += std::max<int64_t>(0, f.predicted_cached);
@@ -362,7 +373,7 @@ class Simulation {
       }
       if (out.first_token && !f.first_token) {
         f.first_token = now_;
-        f.guard.on_first_token();
+        f.guard.on_first_token(now_);
       }
       if (out.new_tokens > 0) {
         f.guard.on_tokens(out.new_tokens);
@@ -472,8 +483,30 @@ class Simulation {
     r.queue = f.dispatched - f.sent;
     r.input_tokens = f.input_tokens;
     r.output_tokens = f.output_tokens;
+    if (cfg_.trace > 0) trace_line(f, r);
     records_.push_back(std::move(r));
     if (status != 200 && closed_loop()) pull_next(now_);
+  }
+
+  // One request of the trace: what it was, where it went, what the index predicted and the engine
+  // found, and how it fared (times in ms; ttft_ms null without a first token).
+  void trace_line(const Flight& f, const RequestRecord& r) {
+    auto& out = trace_;
+    out += fmt::format("{{\"id\":{},\"policy\":", f.id);
+    append_json_string(out, cfg_.policy);
+    out += fmt::format(",\"rate\":{},\"tenant\":", cfg_.arrivals.rate);
+    append_json_string(out, f.tenant);
+    out += ",\"group\":";
+    append_json_string(out, f.group);
+    out += fmt::format(
+        ",\"arrival_ms\":{:.3f},\"queue_ms\":{:.3f},\"endpoint\":{},\"input_tokens\":{},\"output_tokens\":{},"
+        "\"predicted_cached_tokens\":{},\"engine_cached_tokens\":{},\"status\":{},\"ttft_ms\":",
+        to_millis(f.sent), to_millis(r.queue), f.endpoint, f.input_tokens, f.output_tokens,
+        f.endpoint >= 0 ? f.predicted_cached : 0, f.engine_cached, r.status);
+    out += r.ttft ? fmt::format("{:.3f}", to_millis(*r.ttft)) : std::string("null");
+    out += fmt::format(",\"e2e_ms\":{:.3f}", to_millis(r.e2e));
+    if (!f.explain.empty()) out += ",\"explain\":" + f.explain;
+    out += "}\n";
   }
 
   void expire_queued() {
@@ -541,6 +574,7 @@ class Simulation {
   std::unordered_map<uint64_t, Flight> flights_;
   HotPrefixProbe hot_;
   std::vector<RequestRecord> records_;
+  std::string trace_;  // FleetConfig::trace: the lines so far
   std::vector<engine::BlockHash> current_hashes_;
   int64_t current_tokens_ = 0;
   Time now_{};

@@ -70,6 +70,10 @@ struct FleetConfig {
   bool share_load = false;               // gateways share in-flight load (peer_load.h)
   Duration share_load_interval = std::chrono::milliseconds(5);  // a gateway's reports, at most this often
   Duration share_load_delay = std::chrono::milliseconds(2);     // report sent -> applied at the others
+  // Per-request trace (FleetResult::trace): 0 off, 1 one JSON line per request, 2 also the pick's
+  // explanation (PoolRouter::explain_json before the pick: the policy ranks twice per request, so a
+  // randomised policy, random or power_of_two, draws differently than without it).
+  int trace = 0;
 };
 
 struct FleetResult {
@@ -93,6 +97,8 @@ struct FleetResult {
   std::string hot_group;
   int64_t hot_prefix_blocks = 0;
   std::vector<HotPrefixSample> hot_samples;
+  // With FleetConfig::trace: one JSON object per request and line, in the order they ended.
+  std::string trace;
   double hot_holders_mean() const;
   int hot_holders_max() const;
   double hot_receivers_mean() const;

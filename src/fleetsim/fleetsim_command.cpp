@@ -40,6 +40,8 @@ struct Flags {
   double slo_ttft_ms = 1000, slo_itl_ms = 50;
   bool json = false, tenants = false;
   std::string json_out;
+  std::string trace;
+  bool trace_explain = false;
   int jobs = 1;
   std::vector<size_t> gateways{1};
   std::vector<std::string> index{"learned"};
@@ -118,6 +120,7 @@ int run(const Flags& f) {
           c.arrivals.rate = rate;
           c.gateways = g;
           c.kv_events = idx == "events";
+          c.trace = f.trace.empty() ? 0 : f.trace_explain ? 2 : 1;
           runs.push_back(c);
         }
   const bool multi =
@@ -203,6 +206,15 @@ int run(const Flags& f) {
       return 1;
     }
   }
+  if (!f.trace.empty()) {  // every run's requests, in the order of the runs
+    std::ofstream out(f.trace);
+    for (const auto& r : results)
+      if (r) out << r->trace;
+    if (!out) {
+      fmt::print(stderr, "fleetsim: cannot write {}\n", f.trace);
+      return 1;
+    }
+  }
   for (const auto& e : errors)
     if (!e.empty()) return 1;
   return 0;
@@ -253,6 +265,12 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object per run instead of the table");
   cmd->add_option("--json-out", flags->json_out, "Also write the JSON lines to this file");
+  cmd->add_option("--trace", flags->trace,
+                  "Write one JSON line per request to this file (policy, rate, group, arrival, endpoint, "
+                  "predicted and engine-cached tokens, status, TTFT, end to end)");
+  cmd->add_flag("--trace-explain", flags->trace_explain,
+                "With --trace: each line also carries the pick's explanation (every candidate's score and terms; "
+                "the policy ranks twice per request, so random and power_of_two draw differently)");
   cmd->add_flag("--tenants", flags->tenants, "Print per-tenant figures");
   cmd->add_option("--jobs", flags->jobs, "Runs in parallel (threads)")->capture_default_str();
   cmd->add_option("--gateways", flags->gateways,

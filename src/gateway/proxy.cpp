@@ -611,7 +611,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   if (response_rewriter_ && response_rewriter_->append(body, rewritten)) out = rewritten;
   if (auto u = find_usage(body)) take_usage(*u);
   if (kind_ == ApiKind::response && status == 200) learn_response(body);
-  guard_.on_first_token();
+  guard_.on_first_token(gw_.now());
   if (rec_.completion_tokens > 0) {
     guard_.on_tokens(rec_.completion_tokens);
     ticket_->on_output(rec_.completion_tokens);
@@ -693,7 +693,7 @@ void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
     ++rec_.token_events;
     if (!rec_.ttft) {
       rec_.ttft = now - start_;
-      guard_.on_first_token();
+      guard_.on_first_token(gw_.now());
     } else {
       const auto gap = now - last_token_;
       rec_.max_gap = std::max<Duration>(rec_.max_gap, gap);

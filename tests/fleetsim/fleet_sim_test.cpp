@@ -1,4 +1,8 @@
 #include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <map>
+#include <sstream>
 
 #include "fleetsim/fleet_sim.h"
 
@@ -36,6 +40,51 @@ TEST(FleetSim, EveryRequestCompletes) {
   EXPECT_EQ(r.picks_max, 100);
   EXPECT_GT(r.prefix_hit_rate, 0.0);
   EXPECT_GT(r.virtual_seconds, 40.0);  // 400 requests at 8/s
+}
+
+// The trace: one JSON line per request, each where it went and what it found; tracing (with the
+// pick's explanation too) changes nothing a deterministic policy does.
+TEST(FleetSim, TraceHasOneLinePerRequestAndChangesNothing) {
+  const auto plain = run_ok(small_fleet("sluice"));
+  EXPECT_TRUE(plain.trace.empty());
+  for (int level : {1, 2}) {
+    auto c = small_fleet("sluice");
+    c.trace = level;
+    const auto r = run_ok(c);
+    EXPECT_EQ(workload::to_json(r.figures), workload::to_json(plain.figures));
+    std::istringstream in(r.trace);
+    simdjson::dom::parser parser;
+    size_t lines = 0;
+    int64_t engine_cached = 0, predicted = 0;
+    std::map<int64_t, int> per_endpoint;
+    for (std::string line; std::getline(in, line); ++lines) {
+      simdjson::dom::element e;
+      ASSERT_EQ(parser.parse(line).get(e), simdjson::SUCCESS) << line;
+      EXPECT_EQ(std::string_view(e["policy"]), "sluice");
+      EXPECT_EQ(int64_t(e["status"]), 200);
+      EXPECT_GT(double(e["ttft_ms"]), 0);
+      EXPECT_GE(double(e["e2e_ms"]), double(e["ttft_ms"]));
+      EXPECT_FALSE(std::string_view(e["group"]).empty());
+      engine_cached += int64_t(e["engine_cached_tokens"]);
+      predicted += int64_t(e["predicted_cached_tokens"]);
+      per_endpoint[int64_t(e["endpoint"])] += 1;
+      simdjson::dom::element ex;
+      EXPECT_EQ(e["explain"].get(ex) == simdjson::SUCCESS, level == 2);
+      if (level == 2) {
+        EXPECT_EQ(simdjson::dom::array(ex["candidates"]).size(), 4u);
+      }
+    }
+    EXPECT_EQ(lines, 400u);
+    EXPECT_EQ(engine_cached, r.engine_cached_tokens);
+    EXPECT_EQ(predicted, r.predicted_cached_tokens);
+    int64_t picks = 0;
+    for (const auto& [endpoint, n] : per_endpoint) {
+      EXPECT_GE(endpoint, 0);
+      EXPECT_LT(endpoint, 4);
+      picks += n;
+    }
+    EXPECT_EQ(picks, 400);
+  }
 }
 
 TEST(FleetSim, DeterministicForASeed) {

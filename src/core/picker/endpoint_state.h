@@ -41,6 +41,20 @@ struct EndpointLoad {
   int64_t input_tokens_total = 0;   // cumulative input tokens dispatched
   int64_t predicted_cached_tokens_total = 0;  // cumulative predicted cached tokens at dispatch
   int64_t scrape_failures_in_row = 0;  // consecutive scrape errors (0 after a success)
+  // The head of the own prefill queue: the oldest request dispatched here and not yet past first
+  // token (the engine prefills in arrival order), its uncached tokens and attention pairs, and
+  // since when it has been the head (its dispatch, or the first token of the one before it). A
+  // policy subtracts the head's progress from prefill_tokens: a burst's leader half prefilled is
+  // not a whole prefill ahead of its followers. 0 tokens when the queue is empty.
+  int64_t prefill_head_tokens = 0;
+  double prefill_head_pairs = 0;
+  Time prefill_head_since{};
+  // in_flight and prefill_requests (with the live peers' share) when the signals were last scraped:
+  // the scrape's waiting and running less these are the requests of other clients. Less the counts
+  // of now instead, a request of ours that passed its first token since the scrape looked like a
+  // waiting request of another client until the next scrape (a phantom prefill in the queue ahead).
+  int64_t in_flight_at_scrape = 0;
+  int64_t prefill_requests_at_scrape = 0;
 };
 
 // Read-only view handed to policies.

@@ -18,6 +18,7 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
     endpoint_ = o.endpoint_;
     prefill_ = o.prefill_;
     pairs_ = o.pairs_;
+    seq_ = o.seq_;
     decode_ = o.decode_;
     context_ = o.context_;
     live_ = o.live_;
@@ -26,17 +27,17 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
   return *this;
 }
 
-void DispatchGuard::on_first_token() {
+void DispatchGuard::on_first_token(Time now) {
   if (!router_ || decoding_) return;
   decoding_ = true;
-  router_->move_to_decode(endpoint_, prefill_, pairs_);
+  router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now);
   prefill_ = 0;
   pairs_ = 0;
 }
 
 void DispatchGuard::on_tokens(int64_t n) {
   if (!router_ || n <= 0) return;
-  if (!decoding_) on_first_token();
+  if (!decoding_) on_first_token(Time::min());
   n = std::min(n, decode_);
   if (n <= 0) return;
   decode_ -= n;
@@ -46,14 +47,14 @@ void DispatchGuard::on_tokens(int64_t n) {
 
 void DispatchGuard::release() {
   if (!router_) return;
-  router_->release(endpoint_, prefill_, pairs_, decode_, context_, live_, decoding_);
+  router_->release(endpoint_, prefill_, pairs_, decode_, context_, live_, decoding_, seq_);
   router_ = nullptr;
 }
 
 PoolRouter::PoolRouter(const PoolConfig& config, std::unique_ptr<Policy> policy)
     : config_(config), policy_(std::move(policy)) {
   endpoints_.reserve(config_.endpoints.size());
-  for (const auto& e : config_.endpoints) endpoints_.push_back(Endpoint{e, {}, {}, true});
+  for (const auto& e : config_.endpoints) endpoints_.push_back(Endpoint{e, {}, {}, true, {}});
   policy_->on_endpoints_reset(endpoints_.size());
 }
 
@@ -85,6 +86,7 @@ void PoolRouter::build_views(Time now) {
 std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
   std::vector<Candidate> out;
   std::lock_guard lock(mu_);
+  last_now_ = std::max(last_now_, now);
   build_views(now);
   if (views_.empty()) return out;
   if (PrefixTracker* t = policy_->prefix_tracker()) t->at(now);
@@ -117,6 +119,15 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   load.input_tokens_total += std::max<int64_t>(0, req.input_tokens);
   load.predicted_cached_tokens_total += std::max<int64_t>(0, chosen.predicted_cached_tokens);
   load.prefill_tokens += g.prefill_;
+  g.seq_ = next_seq_++;
+  auto& fifo = endpoints_[chosen.endpoint].prefill_fifo;
+  if (fifo.empty()) {
+    load.prefill_head_tokens = g.prefill_;
+    load.prefill_head_pairs = g.pairs_;
+    load.prefill_head_since = now;
+  }
+  fifo.push_back({g.seq_, g.prefill_, g.pairs_});
+  last_now_ = std::max(last_now_, now);
   load.decode_tokens += g.decode_;
   load.assigned_since_scrape += 1;
   load.picks_total += 1;
@@ -135,12 +146,27 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
   return g;
 }
 
+void PoolRouter::leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now) {
+  auto& fifo = ep.prefill_fifo;
+  auto it = std::lower_bound(fifo.begin(), fifo.end(), seq, [](const Endpoint::Pending& p, uint64_t s) { return p.seq < s; });
+  if (it == fifo.end() || it->seq != seq) return;
+  it->tokens = -1;
+  if (it != fifo.begin()) return;  // ended out of order: the head is unchanged
+  while (!fifo.empty() && fifo.front().tokens < 0) fifo.pop_front();
+  ep.load.prefill_head_tokens = fifo.empty() ? 0 : fifo.front().tokens;
+  ep.load.prefill_head_pairs = fifo.empty() ? 0.0 : fifo.front().pairs;
+  ep.load.prefill_head_since = now;
+}
+
 void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context,
-                         int64_t live, bool decoding) {
+                         int64_t live, bool decoding, uint64_t seq) {
   std::lock_guard lock(mu_);
   auto& load = endpoints_[endpoint].load;
   load.in_flight -= 1;
-  if (!decoding) load.prefill_requests -= 1;
+  if (!decoding) {
+    load.prefill_requests -= 1;
+    leave_prefill_queue(endpoints_[endpoint], seq, last_now_);
+  }
   load.context_tokens -= context;
   load.live_context_tokens -= live;
   load.prefill_tokens -= prefill;
@@ -148,8 +174,10 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
   load.decode_tokens -= decode;
 }
 
-void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs) {
+void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now) {
   std::lock_guard lock(mu_);
+  last_now_ = std::max(last_now_, now);
+  leave_prefill_queue(endpoints_[endpoint], seq, last_now_);
   endpoints_[endpoint].load.prefill_tokens -= prefill;
   endpoints_[endpoint].load.prefill_pairs = std::max(0.0, endpoints_[endpoint].load.prefill_pairs - pairs);
   endpoints_[endpoint].load.prefill_requests -= 1;
@@ -168,6 +196,10 @@ void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
   ep.signals = std::move(signals);
   ep.load.assigned_since_scrape = 0;
   ep.load.scrape_failures_in_row = 0;
+  EndpointLoad all = ep.load;  // own + the live peers', as the policy will see it
+  if (peer_) peer_->add_to(endpoint, all);
+  ep.load.in_flight_at_scrape = all.in_flight;
+  ep.load.prefill_requests_at_scrape = all.prefill_requests;
   if (peer_) peer_->on_scrape(endpoint);
 }
 

@@ -4,6 +4,7 @@
 // policy's learned state (a prefix index) must see every dispatch, and a per-thread copy would
 // fragment the index the way independent gateway replicas do (see routing-anchors.md).
 #pragma once
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,9 +33,10 @@ class DispatchGuard {
 
   explicit operator bool() const { return router_ != nullptr; }
   size_t endpoint() const { return endpoint_; }
-  // First output token arrived: the request's prefill is done, its decode begins.
-  void on_first_token();
+  // First output token arrived at `now`: the request's prefill is done, its decode begins.
+  void on_first_token(Time now);
   // n output tokens arrived: the remaining decode bound shrinks.
+  // (Before the first token: that is the first token, at the last time the router was told.)
   void on_tokens(int64_t n);
   void release();
 
@@ -44,6 +46,7 @@ class DispatchGuard {
   size_t endpoint_ = 0;
   int64_t prefill_ = 0;
   double pairs_ = 0;  // prefill attention pairs (EndpointLoad::prefill_pairs share)
+  uint64_t seq_ = 0;  // its place in the endpoint's prefill queue (PoolRouter::Endpoint::prefill_fifo)
   int64_t decode_ = 0;
   int64_t context_ = 0;
   int64_t live_ = 0;  // input + output so far (EndpointLoad::live_context_tokens share)
@@ -142,9 +145,20 @@ class PoolRouter {
     EngineSignals signals;
     EndpointLoad load;
     bool healthy = true;
+    // The own requests not yet past first token, in dispatch order (seq ascending); an entry whose
+    // request passed first token or ended out of order is marked done (tokens < 0) and dropped when
+    // it reaches the front. The front is EndpointLoad::prefill_head_*.
+    struct Pending {
+      uint64_t seq;
+      int64_t tokens;
+      double pairs;
+    };
+    std::deque<Pending> prefill_fifo;
   };
-  void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding);
-  void move_to_decode(size_t endpoint, int64_t prefill, double pairs);
+  void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding,
+               uint64_t seq);
+  void move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now);
+  void leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now);  // mu_ held
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;
   void build_views(Time now);  // mu_ held: views_ over the healthy endpoints, peers' load merged
@@ -159,6 +173,8 @@ class PoolRouter {
   std::unique_ptr<PeerReporter> reporter_;
   std::vector<EndpointLoad> merged_;  // scratch, guarded by mu_: own + peers, what views_ point to
   std::weak_ptr<const PoolRouter> predecessor_;  // set before use (inherit_in_flight)
+  uint64_t next_seq_ = 1;  // guarded by mu_: the next dispatch's place in its prefill queue
+  Time last_now_{};        // guarded by mu_: the latest time a caller passed (for an ending without one)
   std::vector<int> predecessor_of_;              // endpoint -> the predecessor's index, -1: none
 };
 

@@ -89,6 +89,20 @@ struct Duty {
          p.eps_ms * queue_pairs + attention;
 }
 
+}  // namespace
+
+double sluice_head_progress(const SluiceParams& p, double head_tokens, double head_pairs, double decoding, double kv_read,
+                            double elapsed_ms) {
+  if (!(head_tokens > 0) || !(elapsed_ms > 0)) return 0.0;
+  SluiceInputs alone;
+  alone.decoding = std::max(0.0, decoding);
+  alone.kv_read = std::max(0.0, kv_read);
+  const double ms = ttft_of(p, alone, 0.0, head_tokens, std::max(0.0, head_pairs));
+  return ms > 0 ? std::min(1.0, elapsed_ms / ms) : 1.0;
+}
+
+namespace {
+
 // The batch this request would join, without it (decode_price 2): its ITL and expected lag,
 // computed once per endpoint (lag < 0: not yet) and shared by the decode and the prefill terms.
 struct BatchLag {
@@ -364,8 +378,15 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
     const double own_queued = nonneg(l.prefill_requests);
     const double own_decoding = nonneg(l.in_flight - l.prefill_requests);
-    const double ext_waiting = est.fresh ? std::max(0.0, v.signals->waiting - own_queued) : 0.0;
-    const double ext_running = est.fresh ? std::max(0.0, v.signals->running - own_decoding) : 0.0;
+    // Other clients' requests: what the scrape saw less what was ours when it was taken
+    // (EndpointLoad::in_flight_at_scrape). The engine counts a request in its prefill step as running,
+    // so the total is split with the waiting share as a lower bound.
+    double ext_waiting = 0.0, ext_running = 0.0;
+    if (est.fresh) {
+      const double ext = std::max(0.0, v.signals->waiting + v.signals->running - nonneg(l.in_flight_at_scrape));
+      ext_waiting = std::min(ext, std::max(0.0, v.signals->waiting - nonneg(l.prefill_requests_at_scrape)));
+      ext_running = ext - ext_waiting;
+    }
     SluiceInputs local;
     SluiceInputs& in = kFull ? e.in : local;
     in.input = input;
@@ -377,6 +398,13 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     in.remaining = nonneg(l.decode_tokens) + (ext_running + ext_waiting) * mean_output_ / 2;
     in.queue_tokens = nonneg(l.prefill_tokens) + ext_waiting * mean_prompt_;
     in.queue_pairs = std::max(0.0, l.prefill_pairs) + ext_waiting * mean_prompt_ * mean_prompt_ / 2;
+    if (l.prefill_head_tokens > 0 && now > l.prefill_head_since) {
+      const double head = static_cast<double>(l.prefill_head_tokens);
+      const double done = sluice_head_progress(p, head, l.prefill_head_pairs, in.decoding, in.kv_read,
+                                               to_millis(now - l.prefill_head_since));
+      in.queue_tokens = std::max(0.0, in.queue_tokens - done * head);
+      in.queue_pairs = std::max(0.0, in.queue_pairs - done * l.prefill_head_pairs);
+    }
     in.kv_usage = est.kv_usage;
     in.capacity_tokens = est.capacity_tokens;
     in.adapter_ms = 0;

@@ -11,16 +11,27 @@
 // other clients, from a fresh scrape, 0 when stale):
 //   I, O  this request's input and output tokens (O = max_tokens, else default_output_tokens)
 //   C, U  predicted cached (prefix index, or the oracle) and uncached input tokens, U = I - C
-//   D     sequences decoding  = own past first token + ext running (scraped running - own decoding)
-//   P     requests queued     = own not yet past first token + ext waiting (scraped waiting - own P)
+//   D     sequences decoding  = own past first token + ext running
+//   P     requests queued     = own not yet past first token + ext waiting
+//         ext = scraped waiting + running - own in flight when the scrape was taken, of which
+//         waiting = min(ext, scraped waiting - own queued at the scrape), the rest running (an
+//         engine counts a request in its prefill step as running). Less the own counts of now
+//         instead, an own request that passed first token after the scrape looked like another
+//         client's waiting request, a phantom mean prompt queued ahead, until the next scrape (the
+//         8th follower of a fan-out went cold at 97 ms for a 15 ms warm TTFT; round 17).
 //   B     the batch this request joins = D + P
 //   K     KV tokens the batch's decode attention reads = own live context (input + output so far)
 //         + ext x mean context
 //   R     output tokens the batch still has to produce = own remaining output bounds + ext x mean
 //         output / 2
-//   Q     prefill tokens queued ahead = own uncached prefill in flight + ext waiting x mean prompt;
-//         Q2 their attention token pairs (own accounting: sum of U (C + U / 2) at dispatch; ext
-//         waiting x mean prompt^2 / 2)
+//   Q     prefill tokens queued ahead = own uncached prefill in flight + ext waiting x mean prompt,
+//         less the part of the own queue's head already done (sluice_head_progress: the time since
+//         it became the head over the time its prefill takes); Q2 their attention token pairs (own
+//         accounting: sum of U (C + U / 2) at dispatch, less the head's done share; ext waiting x
+//         mean prompt^2 / 2). Without the head's progress, a burst's followers saw the leader's
+//         whole prefill ahead of them at the endpoint that held their prefix however far it had
+//         got, and a cold endpoint looked as fast (fan-out at 32 replicas, 120 req/s: TTFT p90
+//         1.05-1.10x cache_aware's; bench/results/README.md, round 16).
 //   step(b, k) = C0 + max(W, beta b) + delta b + gamma k    (one decode step of b sequences)
 //
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
@@ -221,6 +232,13 @@ SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double pre
 double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in);
 // True when the request would meet the SLO on this endpoint.
 bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const SluiceCost& c);
+
+// The share (0..1) of the head of an endpoint's own prefill queue (EndpointLoad::prefill_head_*)
+// done `elapsed_ms` after it became the head: elapsed over the time its prefill takes alone beside
+// `decoding` sequences reading `kv_read` KV tokens (the TTFT formula with no queue ahead). The
+// policy subtracts that share of the head's tokens and pairs from Q and Q2.
+double sluice_head_progress(const SluiceParams& p, double head_tokens, double head_pairs, double decoding, double kv_read,
+                            double elapsed_ms);
 
 // True cached tokens of `req` on pool endpoint `endpoint` (the oracle hook).
 using CachedTokensOracle = std::function<int64_t(size_t endpoint, const PickRequest& req)>;

@@ -129,7 +129,7 @@ FleetResult run_fleet(const std::string& policy, std::map<std::string, double> p
         if (it == live.end()) continue;
         if (o.first_token) {
           ttft_sum += to_millis(t - it->second.arrival);
-          it->second.guard.on_first_token();
+          it->second.guard.on_first_token(t);
         }
         if (o.new_tokens) it->second.guard.on_tokens(o.new_tokens);
         if (o.finished) {

@@ -24,6 +24,75 @@ PickRequest req_of(const std::string& text, int64_t out = 50) {
   return r;
 }
 
+// The head of each endpoint's prefill queue: the oldest own request not yet past first token, and
+// since when it has been the head (its dispatch, or the first token or end of the one before it,
+// in or out of order).
+TEST(PoolRouterPicker, PrefillQueueHeadFollowsDispatchOrder) {
+  auto cfg = pool_of(1, "round_robin");
+  PoolRouter r(cfg, make_policy(cfg, 1));
+  const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
+  const auto head = [&](Time now) { return r.snapshot(now)[0].load; };
+  auto a = req_of(std::string(4000, 'a'));  // 1000 tokens
+  auto b = req_of(std::string(2000, 'b'));  // 500
+  auto c = req_of(std::string(800, 'c'));   // 200
+  DispatchGuard ga = r.dispatch(a, r.rank(a, ms(10))[0], ms(10));
+  EXPECT_EQ(head(ms(10)).prefill_head_tokens, 1000);
+  EXPECT_EQ(head(ms(10)).prefill_head_pairs, 1000.0 * 500.0);
+  EXPECT_EQ(head(ms(10)).prefill_head_since, ms(10));
+  DispatchGuard gb = r.dispatch(b, r.rank(b, ms(20))[0], ms(20));
+  DispatchGuard gc = r.dispatch(c, r.rank(c, ms(30))[0], ms(30));
+  EXPECT_EQ(head(ms(30)).prefill_head_tokens, 1000);  // b and c wait behind a
+  EXPECT_EQ(head(ms(30)).prefill_head_since, ms(10));
+  gb.on_first_token(ms(40));  // out of order: the head is still a
+  EXPECT_EQ(head(ms(40)).prefill_head_tokens, 1000);
+  EXPECT_EQ(head(ms(40)).prefill_head_since, ms(10));
+  ga.on_first_token(ms(50));  // a is done: b has gone too, so c is the head from now
+  EXPECT_EQ(head(ms(50)).prefill_head_tokens, 200);
+  EXPECT_EQ(head(ms(50)).prefill_head_since, ms(50));
+  EXPECT_EQ(head(ms(50)).prefill_tokens, 200);
+  r.rank(c, ms(60));
+  gc.release();  // cancelled before its first token: at the last time the router was told
+  EXPECT_EQ(head(ms(60)).prefill_head_tokens, 0);
+  EXPECT_EQ(head(ms(60)).prefill_head_since, ms(60));
+  EXPECT_EQ(head(ms(60)).prefill_tokens, 0);
+  DispatchGuard gd = r.dispatch(b, r.rank(b, ms(70))[0], ms(70));  // an empty queue: the new one is the head
+  EXPECT_EQ(head(ms(70)).prefill_head_tokens, 500);
+  EXPECT_EQ(head(ms(70)).prefill_head_since, ms(70));
+  gd.on_tokens(3);  // tokens without a first token first: the prefill is over
+  EXPECT_EQ(head(ms(70)).prefill_head_tokens, 0);
+}
+
+// A scrape keeps the own counts it was taken with (the policy takes them from the scraped
+// waiting and running to find other clients' requests); they change at the next scrape only.
+TEST(PoolRouterPicker, AScrapeKeepsTheOwnCountsItWasTakenWith) {
+  auto cfg = pool_of(1, "sluice");
+  PoolRouter r(cfg, make_policy(cfg, 1));
+  std::vector<DispatchGuard> g;
+  for (int i = 0; i < 3; ++i) {
+    auto req = req_of(std::to_string(i) + std::string(2000, 'q'));
+    g.push_back(r.dispatch(req, r.rank(req, Time{})[0], Time{}));
+  }
+  g[0].on_first_token(Time{});
+  EngineSignals s;
+  s.waiting = 2;
+  s.running = 1;
+  r.update_signals(0, s);
+  auto load = r.snapshot(Time{})[0].load;
+  EXPECT_EQ(load.in_flight_at_scrape, 3);
+  EXPECT_EQ(load.prefill_requests_at_scrape, 2);
+  g[1].on_first_token(Time{});
+  g[2].release();
+  load = r.snapshot(Time{})[0].load;
+  EXPECT_EQ(load.in_flight, 2);
+  EXPECT_EQ(load.prefill_requests, 0);
+  EXPECT_EQ(load.in_flight_at_scrape, 3);
+  EXPECT_EQ(load.prefill_requests_at_scrape, 2);
+  r.update_signals(0, s);
+  load = r.snapshot(Time{})[0].load;
+  EXPECT_EQ(load.in_flight_at_scrape, 2);
+  EXPECT_EQ(load.prefill_requests_at_scrape, 0);
+}
+
 TEST(PoolRouterPicker, AccountingTracksPrefillRequestsAndContext) {
   auto cfg = pool_of(2, "sluice");
   PoolRouter r(cfg, make_policy(cfg, 1));
@@ -37,7 +106,7 @@ TEST(PoolRouterPicker, AccountingTracksPrefillRequestsAndContext) {
     EXPECT_EQ(s[g.endpoint()].load.prefill_requests, 1);
     EXPECT_EQ(s[g.endpoint()].load.context_tokens, 1050);
     EXPECT_EQ(s[g.endpoint()].load.input_tokens_total, 1000);
-    g.on_first_token();
+    g.on_first_token(Time{});
     s = r.snapshot(Time{});
     EXPECT_EQ(s[g.endpoint()].load.prefill_requests, 0);
     EXPECT_EQ(s[g.endpoint()].load.in_flight, 1);

@@ -201,6 +201,8 @@ TEST(SluicePolicyInputs, OwnAccountingAndExternalLoad) {
   pool.loads[0].prefill_tokens = 3000;
   pool.loads[0].decode_tokens = 700;
   pool.loads[0].live_context_tokens = 40000;
+  pool.loads[0].in_flight_at_scrape = 5;  // the scrape was taken with the counts of now
+  pool.loads[0].prefill_requests_at_scrape = 2;
   pool.signals[0].running = 13;  // 10 from other clients
   pool.signals[0].waiting = 2;   // all ours
   pool.signals[0].kv_capacity_blocks = 10000;
@@ -223,6 +225,94 @@ TEST(SluicePolicyInputs, OwnAccountingAndExternalLoad) {
   for (auto& x : ex[0].terms) term[x.name] = x.value;
   EXPECT_EQ(term["decoding"], 3);
   EXPECT_EQ(term["kv_read_tokens"], 40000);
+}
+
+// Other clients' requests are the scrape's less what was ours when it was taken. Three of our
+// requests were waiting at the scrape and have passed their first token since: they run now, and
+// none of them is another client's waiting request (a phantom prefill queued ahead).
+TEST(SluicePolicyInputs, OwnRequestsPastFirstTokenSinceTheScrapeAreNotExternalWaiting) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(1);
+  pool.signals[0].kv_capacity_blocks = 10000;
+  pool.loads[0].in_flight = 4;
+  pool.loads[0].prefill_requests = 0;  // all four past first token now
+  pool.loads[0].in_flight_at_scrape = 4;
+  pool.loads[0].prefill_requests_at_scrape = 3;  // three of them were waiting then
+  pool.signals[0].waiting = 3;
+  pool.signals[0].running = 1;
+  std::string t(4000, 'x');
+  const auto terms = [&] {
+    std::vector<Explanation> ex;
+    auto v = pool.views();
+    p.explain(testing::chat(t, 1000, 100), v, Time{}, ex);
+    std::map<std::string, double> term;
+    for (auto& x : ex[0].terms) term[std::string(x.name)] = x.value;
+    return term;
+  };
+  auto term = terms();
+  EXPECT_EQ(term["queued"], 0);
+  EXPECT_EQ(term["queue_tokens"], 0);
+  EXPECT_EQ(term["decoding"], 4);
+  // Two more waiting and one more running than ours at the scrape: those are other clients'.
+  pool.signals[0].waiting = 5;
+  pool.signals[0].running = 2;
+  term = terms();
+  EXPECT_EQ(term["queued"], 2);
+  EXPECT_EQ(term["queue_tokens"], 2 * 512);  // at the mean prompt
+  EXPECT_EQ(term["decoding"], 4 + 1);
+  // The engine counts a request in its prefill step as running: an own request waiting at the
+  // scrape may show as running, and the total less ours is what belongs to others.
+  pool.signals[0].waiting = 1;
+  pool.signals[0].running = 3;
+  term = terms();
+  EXPECT_EQ(term["queued"], 0);
+  EXPECT_EQ(term["decoding"], 4);
+}
+
+// The head of the own prefill queue: its share done is the time since it became the head over the
+// time its prefill takes alone beside the decoders (the TTFT formula with nothing ahead).
+TEST(SluiceHeadProgress, IsTheElapsedShareOfTheHeadsPrefillTime) {
+  // 4000 tokens alone: max(W, beta x 4000) + C0 + eps x pairs = 88 + 2 + 1.5e-6 x 8e6 = 102 ms.
+  const double pairs = 4000.0 * 2000.0;
+  const double alone = 0.022 * 4000 + 2.0 + 1.5e-6 * pairs;
+  EXPECT_NEAR(sluice_head_progress(kP, 4000, pairs, 0, 0, alone / 4), 0.25, 1e-12);
+  EXPECT_NEAR(sluice_head_progress(kP, 4000, pairs, 0, 0, alone / 2), 0.5, 1e-12);
+  EXPECT_EQ(sluice_head_progress(kP, 4000, pairs, 0, 0, 3 * alone), 1.0);  // done: never more than the head
+  // Decoders beside it slow it down: each step also runs them and reads their KV.
+  const double with_decode = 0.022 * (4000 + 50) + 2.0 + 0.02 * 50 + 5e-5 * 100000 + 1.5e-6 * pairs;
+  EXPECT_NEAR(sluice_head_progress(kP, 4000, pairs, 50, 100000, with_decode / 2), 0.5, 1e-12);
+  EXPECT_EQ(sluice_head_progress(kP, 0, 0, 0, 0, 50), 0.0);     // no head
+  EXPECT_EQ(sluice_head_progress(kP, 4000, pairs, 0, 0, 0), 0.0);  // just became the head
+  EXPECT_EQ(sluice_head_progress(kP, 4000, pairs, 0, 0, -5), 0.0);
+}
+
+// The policy subtracts the head's done share from the queue ahead (Q and Q2).
+TEST(SluicePolicyInputs, TheQueueAheadLosesTheHeadsProgress) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(1);
+  pool.loads[0].in_flight = 2;
+  pool.loads[0].prefill_requests = 2;
+  pool.loads[0].prefill_tokens = 5000;  // the head (4000) and one behind it (1000)
+  pool.loads[0].prefill_pairs = 4000.0 * 2000.0 + 1000.0 * 500.0;
+  pool.loads[0].prefill_head_tokens = 4000;
+  pool.loads[0].prefill_head_pairs = 4000.0 * 2000.0;
+  pool.loads[0].prefill_head_since = std::chrono::milliseconds(100);
+  pool.signals[0].kv_capacity_blocks = 10000;
+  std::string t(4000, 'x');
+  const auto terms_at = [&](Time now) {
+    std::vector<Explanation> ex;
+    auto v = pool.views();
+    p.explain(testing::chat(t, 1000, 100), v, now, ex);
+    std::map<std::string, double> term;
+    for (auto& x : ex[0].terms) term[std::string(x.name)] = x.value;
+    return term;
+  };
+  EXPECT_EQ(terms_at(std::chrono::milliseconds(100))["queue_tokens"], 5000);  // it has just become the head
+  const double done = sluice_head_progress(SluiceParams{}, 4000, 4000.0 * 2000.0, 0, 0, 30.0);
+  ASSERT_GT(done, 0.2);
+  ASSERT_LT(done, 0.4);
+  EXPECT_NEAR(terms_at(std::chrono::milliseconds(130))["queue_tokens"], 5000 - done * 4000, 1e-6);
+  EXPECT_EQ(terms_at(std::chrono::seconds(5))["queue_tokens"], 1000);  // the head is done, the rest is not
 }
 
 // A 6k-token prefix cached on endpoint 1; endpoint 0 runs a batch of the same size and context
