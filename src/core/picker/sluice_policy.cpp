@@ -317,6 +317,8 @@ double SluicePolicy::output_of(const PickRequest& req) const {
 
 // An endpoint where the request would miss its SLO scores below every endpoint where it would not.
 constexpr double kMissesSlo = 1e12;
+// The copy credit's horizon: the demand for a prefix is forecast 2 tau ahead (header, copy_credit_ms).
+constexpr double kCopyHorizonMs = 2 * PrefixDemand::kTauMs;
 
 // kFull: every field of evals_ (explain()); otherwise only what rank() reads (cached, saturated,
 // score), the inputs and cost terms staying local.
@@ -462,13 +464,17 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
       Eval& e = evals_[i];
       if (e.premium <= 0 || !std::isfinite(best_holder)) continue;
       const double saving = std::max(0.0, best_holder - e.steady);
-      const double users = demand * output * e.itl;  // lambda_p x the time this request holds the copy
+      // lambda_p x the time this request holds the copy, or the demand's horizon, 2 tau (header).
+      const double users = demand * std::max(output * e.itl, kCopyHorizonMs);
       // Only the part of the copy the prefix cache has free room for: what must evict displaces
       // prefixes whose own demand is not known here (the eviction term prices the current request's).
       const double fit = std::clamp(e.free / std::max(1.0, e.copy_tokens), 0.0, 1.0);
       const double credit = fit * std::min(e.premium, users * saving / static_cast<double>(holders + 1));
       e.score += credit;
-      if constexpr (kFull) e.cost.copy_credit_ms = credit;
+      if constexpr (kFull) {
+        e.cost.copy_credit_ms = credit;
+        e.copy_users = users;
+      }
     }
   }
 }
@@ -519,6 +525,7 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"adapter_ms", e.cost.adapter_ms},
                     {"eviction_ms", e.cost.eviction_ms},
                     {"copy_credit_ms", e.cost.copy_credit_ms},
+                    {"copy_users", e.copy_users},
                     {"arrivals_per_s", e.in.arrivals_per_ms * 1000},
                     {"itl_ms", e.itl_ms},
                     {"prefill_duty", e.in.prefill_duty},

@@ -313,7 +313,8 @@ TEST(PeerLoadRouter, SluicePolicyCountsPeersOnceNotTwice) {
   PoolRouter r(cfg, make_policy(cfg, 1));
   r.share_load("me", {});
   auto req = req_of(2000);
-  DispatchGuard own = r.dispatch(req, Candidate{0}, ms(0));  // 1 own queued, 2000 uncached tokens
+  // 1 own queued, 2000 uncached tokens, dispatched when the picks below look (its prefill not begun)
+  DispatchGuard own = r.dispatch(req, Candidate{0}, ms(2));
   ASSERT_EQ(r.apply_peer("a", 1, 1, report_of({{0, busy(3, 3, 6000)}}), ms(0)), PeerLoad::Applied::ok);
   for (size_t e = 0; e < 2; ++e) {
     EngineSignals s;
@@ -333,7 +334,7 @@ TEST(PeerLoadRouter, SluicePolicyCountsPeersOnceNotTwice) {
   EXPECT_EQ(r.rank(req, ms(2)).front().endpoint, 1u);
   // Without the peer's report, ext (scraped 4 - own 1 = 3) stands in at mean prompt size.
   PoolRouter alone(cfg, make_policy(cfg, 1));
-  DispatchGuard g = alone.dispatch(req, Candidate{0}, ms(0));
+  DispatchGuard g = alone.dispatch(req, Candidate{0}, ms(2));
   EngineSignals s;
   s.scraped_at = ms(1);
   s.waiting = 4;

@@ -397,9 +397,10 @@ TEST(SluicePolicyBehaviour, BurstOfOnePromptStaysTogetherWhileTheWarmEndpointAbs
   EXPECT_GE(large.size(), 2u);
   // The default (SLO-priced): 8 stay together.
   EXPECT_EQ(burst_of(8)[1], 8);
-  // Decode in plain ms: the decoders' KV reads make copies dearer from the start; 8
-  // still fit, 200 spread over all four.
-  EXPECT_EQ(burst_of(8, kPlain)[1], 8);
+  // Decode in plain ms: the decoders' KV reads make copies dearer from the start; 7 of 8 stay
+  // (the 8th makes one copy: 8 in no time forecast 16 more over the copy credit's 4 s), 200 spread
+  // over all four.
+  EXPECT_GE(burst_of(8, kPlain)[1], 7);
   auto plain = burst_of(200, kPlain);
   EXPECT_EQ(plain.size(), 4u);
   EXPECT_GE(plain[1], 40);

@@ -260,9 +260,9 @@ namespace {
 
 // The copy credit: endpoint 0 holds a 6,000-token prefix and decodes 60 long sequences; endpoint 1
 // is idle. Alone, the request costs ~29 ms at the holder and ~167 ms cold at endpoint 1, so a single
-// request stays. When the prefix's demand (lambda_p) is high enough that the requests arriving while
-// this one holds a copy repay its cold premium, the copy is made (the credit is capped at that
-// premium: a cold copy is never priced below a warm one).
+// request stays. When the prefix's demand (lambda_p) is high enough that the requests forecast for
+// it (lambda_p x max(its decode time, 2 tau = 4 s)) repay its cold premium, the copy is made (the
+// credit is capped at that premium: a cold copy is never priced below a warm one).
 TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   SluicePolicy p({}, PoolKind::chat);
   FakePool pool(2);
@@ -285,18 +285,22 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
     return -1.0;
   };
   EXPECT_EQ(term(1, "copy_credit_ms"), 0.0);
-  // 10 dispatches: lambda_p = 10 / 2 s, ~4.5 requests repay part of the premium, not enough.
-  for (int i = 0; i < 10; ++i) {
+  // 2 dispatches: lambda_p = 2 / 2 s, forecast over 4 s (longer than its ~0.9 s decode): 4 requests
+  // repay part of the premium, not enough.
+  for (int i = 0; i < 2; ++i) {
     p.rank(req, v, Time{}, out);
     p.on_dispatch(req, 0, Time{});
   }
   p.explain(req, v, Time{}, ex);
+  EXPECT_NEAR(term(1, "copy_users"), 4.0, 1e-9);
+  EXPECT_LT(term(1, "itl_ms") * 256, 4000.0);  // its decode is shorter than the horizon
+  EXPECT_EQ(term(0, "copy_users"), 0.0);
   const double some = term(1, "copy_credit_ms");
   EXPECT_GT(some, 0.0);
   p.rank(req, v, Time{}, out);
   EXPECT_EQ(out[0].endpoint, 0u) << "credit " << some;
   // 60 in all: the future users repay the whole premium; the cold endpoint is now the cheaper.
-  for (int i = 0; i < 50; ++i) {
+  for (int i = 0; i < 58; ++i) {
     p.rank(req, v, Time{}, out);
     p.on_dispatch(req, 0, Time{});
   }
