@@ -32,9 +32,10 @@ TEST(PoolRouterPicker, PrefillQueueHeadFollowsDispatchOrder) {
   PoolRouter r(cfg, make_policy(cfg, 1));
   const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
   const auto head = [&](Time now) { return r.snapshot(now)[0].load; };
-  auto a = req_of(std::string(4000, 'a'));  // 1000 tokens
-  auto b = req_of(std::string(2000, 'b'));  // 500
-  auto c = req_of(std::string(800, 'c'));   // 200
+  const std::string ta(4000, 'a'), tb(2000, 'b'), tc(800, 'c');  // the requests view them
+  auto a = req_of(ta);  // 1000 tokens
+  auto b = req_of(tb);  // 500
+  auto c = req_of(tc);  // 200
   DispatchGuard ga = r.dispatch(a, r.rank(a, ms(10))[0], ms(10));
   EXPECT_EQ(head(ms(10)).prefill_head_tokens, 1000);
   EXPECT_EQ(head(ms(10)).prefill_head_pairs, 1000.0 * 500.0);
@@ -68,8 +69,10 @@ TEST(PoolRouterPicker, AScrapeKeepsTheOwnCountsItWasTakenWith) {
   auto cfg = pool_of(1, "sluice");
   PoolRouter r(cfg, make_policy(cfg, 1));
   std::vector<DispatchGuard> g;
+  std::vector<std::string> texts;  // the requests view their text: it outlives them
+  for (int i = 0; i < 3; ++i) texts.push_back(std::to_string(i) + std::string(2000, 'q'));
   for (int i = 0; i < 3; ++i) {
-    auto req = req_of(std::to_string(i) + std::string(2000, 'q'));
+    auto req = req_of(texts[i]);
     g.push_back(r.dispatch(req, r.rank(req, Time{})[0], Time{}));
   }
   g[0].on_first_token(Time{});
@@ -249,7 +252,8 @@ TEST(PoolRouterPicker, InFlightOnAReplacedRuntimeCountsAgainstTheCap) {
   auto before = pool_of(1, "round_robin");
   before.max_in_flight_per_endpoint = 2;
   auto old = std::make_shared<PoolRouter>(before, make_policy(before, 1));
-  auto req = req_of("hello");
+  const std::string hello = "hello";  // the request views it
+  auto req = req_of(hello);
   std::vector<DispatchGuard> running;
   for (int i = 0; i < 2; ++i) running.push_back(old->dispatch(req, old->rank(req, Time{}).front(), Time{}));
   auto after = pool_of(2, "round_robin");
