@@ -5,7 +5,9 @@
 # 18 cells at 8 replicas, without touching the committed results.
 #
 # usage: bench/suite/rerun_sluice.sh OUTDIR CELL...    (CELL: hard-hot8-s2, hard-kvp32-s1, ...)
-# env:   SLUICE (default build-release/sluice), JOBS (cells at once, default 2)
+# env:   SLUICE (default build-release/sluice), JOBS (cells at once, default 2),
+#        BASE (the cells' CELL.cmd and CELL.json, default bench/results; bench/suite/heldout.sh's
+#        scratch directory for seeds not committed)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 SLUICE=${SLUICE:-$root/build-release/sluice}
@@ -13,7 +15,7 @@ JOBS=${JOBS:-2}
 out=$1
 shift
 mkdir -p "$out"
-results=$root/bench/results
+results=${BASE:-$root/bench/results}
 for cell in "$@"; do
   [ -f "$results/$cell.cmd" ] || { echo "no $results/$cell.cmd" >&2; exit 2; }
   # The cell's own command (its first line), without its policy list and provenance comment.
