@@ -53,6 +53,8 @@ class PrefixTracker {
   // The learned index's hash of the deepest block some endpoint held in the last match() (names the
   // longest cached prefix; 0: none). Engine-event matches do not change it.
   uint64_t deepest_hash() const { return deepest_; }
+  // The chained hashes of the whole blocks of the request last learned.
+  std::span<const uint64_t> learned_blocks() const { return blocks_; }
   const PrefixIndex& index() const { return index_; }
 
   void attach_events(std::shared_ptr<KvEventIndex> events) { events_ = std::move(events); }

@@ -214,6 +214,9 @@ template <bool kItl>
   c.kv_ms = t.kv_ms;
   c.eviction_ms = t.eviction_ms;
   c.adapter_ms = in.adapter_ms;
+  // The later turns that will extend this context where it goes: each at this endpoint's decode and
+  // one step of its batch before its first token (its prefill warm, no queue ahead).
+  if (in.followups > 0 && O > 0) c.followup_ms = in.followups * (c.decode_ms + c.interference_ms + ttft_of(p, in, 0.0, 0.0, 0.0));
   if constexpr (kItl) {
     // sluice_itl_ms: the step it joins, stretched, plus its own prefill spread over its O tokens.
     const double step = s1 + p.gamma_ms * (in.kv_read + in.input + in.output / 2);
@@ -223,6 +226,11 @@ template <bool kItl>
 }
 
 }  // namespace
+
+double sluice_followups(double continuation) {
+  const double c = std::clamp(continuation, 0.0, 0.95);
+  return c * c / (1.0 - c * c);
+}
 
 double sluice_expected_excess(double mean, double sd, double limit) { return expected_excess(mean, sd, limit); }
 
@@ -352,6 +360,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   size_t holders = 0;
   double demand = 0;  // lambda_p, requests per ms
   last_key_ = 0;
+  last_continues_ = false;
   if (!matched.empty()) {
     for (const EndpointView& v : endpoints) {
       const uint32_t m = v.index < matched.size() ? matched[v.index] : 0;
@@ -361,8 +370,10 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     last_key_ = prefix_.deepest_hash();
     last_text_ = req.text.data();
     last_text_size_ = req.text.size();
+    last_continues_ = ends_.extends(last_key_, req.text, deepest, prefix_.block_chars());
     if (deepest > 0 && holders < endpoints.size() && last_key_ != 0 && output > 0) demand = demand_.rate(last_key_, now);
   }
+  const double followups = sluice_followups(continuation_);
   const double warm_cached = demand > 0 ? static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens)) : 0.0;
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
@@ -417,6 +428,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     in.prefill_duty = duty;
     in.reuse = reuse;
     in.arrivals_per_ms = arrivals_of(i, pool_arrivals_per_ms, per_prompt);
+    in.followups = followups;
     in.cache_free_tokens = SluiceInputs{}.cache_free_tokens;
     if (v.index < indexed)
       in.cache_free_tokens = static_cast<double>(std::max<int64_t>(0, ix.capacity(v.index) - static_cast<int64_t>(ix.entries(v.index)))) *
@@ -506,7 +518,13 @@ void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now
   if (last_key_ != 0 && req.text.data() == last_text_ && req.text.size() == last_text_size_) demand_.note(last_key_, now);
   if (req.input_tokens > 0) mean_prompt_ = 0.95 * mean_prompt_ + 0.05 * static_cast<double>(req.input_tokens);
   mean_output_ = 0.95 * mean_output_ + 0.05 * output_of(req);
-  if (!oracle_) prefix_.learn(req, endpoint);
+  if (!oracle_) {
+    prefix_.learn(req, endpoint);
+    const bool evaluated = req.text.data() == last_text_ && req.text.size() == last_text_size_;
+    continuation_ += ((evaluated && last_continues_ ? 1.0 : 0.0) - continuation_) / 128.0;
+    const std::span<const uint64_t> blocks = prefix_.learned_blocks();
+    if (!blocks.empty()) ends_.note(blocks.back(), req.text, blocks.size(), prefix_.block_chars(), now);
+  }
 }
 
 void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
@@ -526,6 +544,8 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"eviction_ms", e.cost.eviction_ms},
                     {"copy_credit_ms", e.cost.copy_credit_ms},
                     {"copy_users", e.copy_users},
+                    {"followup_ms", e.cost.followup_ms},
+                    {"followups", e.in.followups},
                     {"arrivals_per_s", e.in.arrivals_per_ms * 1000},
                     {"itl_ms", e.itl_ms},
                     {"prefill_duty", e.in.prefill_duty},

@@ -5,7 +5,7 @@
 // latency plus the latency it adds to the requests it will share the engine with:
 //
 //   cost_ms = ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + eviction_ms + adapter_ms
-//             - copy_credit_ms
+//             + followup_ms - copy_credit_ms
 //
 // Inputs per endpoint (own = the gateway's accounting, exact and never stale; ext = requests from
 // other clients, from a fresh scrape, 0 when stale):
@@ -93,6 +93,22 @@
 //             eviction costs its prefill (beta) again. 0 while the caches have room.
 //   adapter_ms = 0 if the adapter is running, adapter_load_ms if it must load into a free slot or is
 //             waiting, adapter_wait_ms if every slot holds another adapter
+//   followup_ms = g x (decode_ms + interference_ms + step_ms): the later requests that will extend
+//             this one's context (an agent's or a chat's next turns) go where it goes, since their
+//             prefix is cached there; each pays this endpoint's decode and interference as this
+//             request does, and one step of its batch before its first token (step_ms = ttft_ms with
+//             no queue ahead and nothing uncached: its prefill is warm and short). g = c^2 / (1 - c^2),
+//             c = the share of requests that extend an earlier prompt as a whole (its blocks, its
+//             partial tail, then more text: core/picker/prompt_ends.h), smoothed over ~128
+//             dispatches, at most 0.95: a context is extended j more times with
+//             probability c^j (a chain that goes on with probability c), and the load this endpoint
+//             carries now is still there by then about as often (its own contexts go on with the
+//             same c), so sum_j c^2j. 0 where no request extends another (c = 0). Without it (round
+//             17's trace of agent sessions at 32 replicas), a new session's first turn went to a busy
+//             replica that held the 2k system prompt (82 ms estimated against 125 ms cold on an idle
+//             one), its 13 later turns followed it there, six replicas received 0-4 of 6,000 requests,
+//             and the TTFT p90 was 1.06-1.10x cache_aware's at 48-64 req/s on 3 of 7 seeds (all four
+//             of those losing rates pass with it; bench/results/README.md, round 18).
 //
 //   copy_credit_ms: what a copy of the request's longest cached prefix onto this endpoint is worth to
 //             the requests that will come for that prefix (the terms above see one request; a copy
@@ -181,6 +197,7 @@
 #include "core/picker/policy_params.h"
 #include "core/picker/prefix_demand.h"
 #include "core/picker/prefix_tracker.h"
+#include "core/picker/prompt_ends.h"
 
 namespace sluice {
 
@@ -205,8 +222,10 @@ struct SluiceCost {
   double ttft_ms = 0, decode_ms = 0, interference_ms = 0, prefill_imposed_ms = 0, kv_ms = 0, adapter_ms = 0;
   double eviction_ms = 0;
   double copy_credit_ms = 0;  // the share of a cold copy's premium its future users repay (evaluate())
+  double followup_ms = 0;     // the later turns that will extend this request's context, where it goes
   double total() const {
-    return ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms + eviction_ms - copy_credit_ms;
+    return ttft_ms + decode_ms + interference_ms + prefill_imposed_ms + kv_ms + adapter_ms + eviction_ms + followup_ms -
+           copy_credit_ms;
   }
 };
 
@@ -223,6 +242,7 @@ struct SluiceInputs {
   double cache_free_tokens = 1e18;              // F: the endpoint's prefix cache not yet holding any prefix
   double reuse = 0;                             // h: the pool's share of input tokens found cached
   double arrivals_per_ms = 0;                   // lambda: requests dispatched per ms per endpoint
+  double followups = 0;                         // g: the later turns expected to extend this context
 };
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in);
 // E[max(0, X - limit)] for X normal with this mean and standard deviation (max(0, mean - limit)
@@ -238,6 +258,9 @@ struct SluiceItl {
 SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double prefill_duty);
 // The inter-token latency the request would see (and impose on its batch), itl_ms above.
 double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in);
+// g, the follow-ups' weight, from c, the share of requests that extend an earlier prompt:
+// c^2 / (1 - c^2), c at most 0.95 (followup_ms above).
+double sluice_followups(double continuation);
 // True when the request would meet the SLO on this endpoint.
 bool sluice_meets_slo(const SluiceParams& p, const SluiceInputs& in, const SluiceCost& c);
 
@@ -263,12 +286,16 @@ class SluicePolicy : public Policy {
     rate_ = PrefillRate{};
     endpoint_input_.clear();
     demand_.clear();
+    ends_.clear();
+    continuation_ = 0;
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
 
   const SluiceParams& params() const { return params_; }
   const PrefixTracker& prefix() const { return prefix_; }
+  // c: the share of recent requests that extended an earlier prompt (followup_ms above).
+  double continuation_share() const { return continuation_; }
 
  protected:
   // Set by OraclePolicy: replaces the prefix index's prediction.
@@ -326,6 +353,11 @@ class SluicePolicy : public Policy {
   // evaluated request's cached prefix with that request's text (on_dispatch counts it).
   PrefixDemand demand_;
   uint64_t last_key_ = 0;
+  bool last_continues_ = false;  // the last evaluated request extends an earlier prompt (ends_)
+  // Where recent prompts ended, and the share of requests that extend one of them, smoothed over
+  // ~128 requests: the follow-ups' weight (followup_ms).
+  PromptEnds ends_;
+  double continuation_ = 0;
   const char* last_text_ = nullptr;
   size_t last_text_size_ = 0;
   double pool_arrivals(size_t endpoints) const;           // the pool's mean, per endpoint

@@ -711,6 +711,39 @@ TEST(SluiceEviction, FreeRoomAndReuseComeFromThePrefixIndexAndTheOwnAccounting) 
   EXPECT_EQ(term(ra, 0, "eviction_ms", Time{} + std::chrono::seconds(1)), 0);  // a is cached there
 }
 
+// followup_ms: the later turns that will extend this context, each at this endpoint's decode and
+// interference and one step of its batch before its first token; g from the continuation share.
+TEST(SluiceCost, FollowupsPayTheEndpointsDecodeAndOneStepEach) {
+  EXPECT_EQ(sluice_followups(0), 0);
+  EXPECT_NEAR(sluice_followups(0.5), 0.25 / 0.75, 1e-12);
+  EXPECT_NEAR(sluice_followups(1.0), 0.95 * 0.95 / (1 - 0.95 * 0.95), 1e-12) << "c is capped at 0.95";
+  EXPECT_EQ(sluice_followups(-1), 0);
+  SluiceInputs in;
+  in.input = 2000;
+  in.cached = 500;
+  in.output = 100;
+  in.capacity_tokens = 432000;
+  in.decoding = 30;
+  in.kv_read = 300000;
+  in.remaining = 3000;
+  in.queue_tokens = 4000;  // the follow-ups' step has no queue ahead and nothing uncached
+  const SluiceCost none = sluice_cost(kPlain, in);
+  EXPECT_EQ(none.followup_ms, 0);
+  in.followups = 3;
+  const SluiceCost c = sluice_cost(kPlain, in);
+  // One step of the batch: max(W, beta D) + C0 + delta D + gamma K.
+  const double step = std::max(5.5, 0.022 * 30) + 2 + 0.02 * 30 + 5e-5 * 300000;
+  EXPECT_NEAR(c.followup_ms, 3 * (none.decode_ms + none.interference_ms + step), 1e-9);
+  EXPECT_GT(none.decode_ms + none.interference_ms, 0);
+  EXPECT_NEAR(c.total(), none.total() + c.followup_ms, 1e-9);
+  // The other terms are this request's own, unchanged.
+  EXPECT_EQ(c.ttft_ms, none.ttft_ms);
+  EXPECT_EQ(c.prefill_imposed_ms, none.prefill_imposed_ms);
+  // No output (an embedding): nothing follows.
+  in.output = 0;
+  EXPECT_EQ(sluice_cost(kPlain, in).followup_ms, 0);
+}
+
 // Agent sessions at light load (kind 1 of the hard suite's failures): a 20k-token context warm on
 // endpoint 1 with 8 decoders there, endpoint 0 idle. Plain ms copies the context to the idle endpoint
 // to save decode time no SLO needs (paying a cold prefill in TTFT); SLO-priced, it stays warm.

@@ -324,5 +324,122 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   EXPECT_EQ(out[0].endpoint, 0u);
 }
 
+// The continuation share (c, followup_ms): a request continues an earlier one when its deepest
+// cached block is the last whole block of a recent prompt and it adds blocks after it. Sessions whose
+// turns extend the previous turn's prompt raise it; prompts that only share a system prompt, or
+// repeat one prompt, do not.
+TEST(SluicePolicy, ContinuationShareCountsTurnsThatExtendAnEarlierPrompt) {
+  FakePool pool(2);
+  auto v = pool.views();
+  std::vector<Candidate> out;
+  const std::string system = prompt('s', 8000);
+  {
+    SluicePolicy p({}, PoolKind::chat);
+    // 40 prompts sharing the system prompt, each with its own tail: no continuation.
+    std::vector<std::string> texts;
+    for (int i = 0; i < 40; ++i) texts.push_back(system + "tail " + std::to_string(i) + "." + prompt('x', 640 + 64 * static_cast<size_t>(i)));
+    for (const std::string& t : texts) {
+      const auto r = testing::chat(t);
+      p.rank(r, v, Time{}, out);
+      p.on_dispatch(r, out[0].endpoint, Time{});
+    }
+    EXPECT_EQ(p.continuation_share(), 0.0);
+    // One prompt repeated: the same context, not an extension of it.
+    for (int i = 0; i < 20; ++i) {
+      const auto r = testing::chat(texts[0]);
+      p.rank(r, v, Time{}, out);
+      p.on_dispatch(r, out[0].endpoint, Time{});
+    }
+    EXPECT_EQ(p.continuation_share(), 0.0);
+    // A prompt that is the system prompt and a few words (its last whole block is the system
+    // prompt's): the prompts behind that system prompt do not extend it.
+    const std::string hi = system + "hi";
+    const auto r = testing::chat(hi);
+    p.rank(r, v, Time{}, out);
+    p.on_dispatch(r, out[0].endpoint, Time{});
+    for (int i = 0; i < 20; ++i) {
+      const auto r = testing::chat(texts[static_cast<size_t>(i)]);
+      p.rank(r, v, Time{}, out);
+      p.on_dispatch(r, out[0].endpoint, Time{});
+    }
+    EXPECT_EQ(p.continuation_share(), 0.0);
+  }
+  SluicePolicy p({}, PoolKind::chat);
+  // 60 sessions of 8 turns, each turn the previous prompt plus 1,000 characters: 7 of 8 extend one.
+  std::vector<std::string> turns;
+  for (int s = 0; s < 60; ++s) {
+    std::string t = system + "session " + std::to_string(s) + "." + prompt('t', 1000);
+    for (int k = 0; k < 8; ++k) {
+      turns.push_back(t);
+      const auto r = testing::chat(turns.back());
+      p.rank(r, v, Time{}, out);
+      p.on_dispatch(r, out[0].endpoint, Time{});
+      t += " turn " + std::to_string(k) + prompt(static_cast<char>('a' + k), 1000);
+    }
+  }
+  // Smoothed over ~128 dispatches (from 0), 480 of which 420 continue: near 7/8.
+  EXPECT_GT(p.continuation_share(), 0.8);
+  EXPECT_LT(p.continuation_share(), 0.9);
+  std::vector<Explanation> ex;
+  const auto r = testing::chat(turns.back());
+  p.explain(r, v, Time{}, ex);
+  double followups = -1;
+  for (auto& t : ex[0].terms)
+    if (t.name == "followups") followups = t.value;
+  EXPECT_NEAR(followups, sluice_followups(p.continuation_share()), 1e-12);
+}
+
+// A new session's first turn, once sessions are seen to continue: endpoint 0 holds the system prompt
+// it starts with and decodes 30 long contexts, endpoint 1 is idle. Alone, the first turn is cheaper
+// warm at endpoint 0 (24 ms against 54 ms cold); priced with the later turns that will follow it
+// there (each a step of a batch reading 300k KV tokens: 23 ms against 7.5 ms), it goes to the idle
+// endpoint.
+TEST(SluicePolicy, ANewSessionGoesWhereItsLaterTurnsWillBeCheap) {
+  const std::string system = prompt('s', 8000);  // 2,000 tokens
+  const std::string first = system + prompt('n', 800);
+  const std::string history_system = prompt('r', 8000);
+  auto pick = [&](bool sessions_continue, double* followups) {
+    SluicePolicy p({}, PoolKind::chat);
+    FakePool pool(2);
+    p.on_endpoints_reset(2);
+    auto v = pool.views();
+    std::vector<Candidate> out;
+    // History, 3 s before: sessions behind another system prompt whose turns extend one another,
+    // or, for the other history, each a new prompt behind that system prompt.
+    std::vector<std::string> texts;
+    for (int s = 0; s < 60; ++s) {
+      std::string t = history_system + "session " + std::to_string(s) + "." + prompt('u', 700);
+      for (int k = 0; k < 8; ++k) {
+        texts.push_back(t);
+        t = sessions_continue ? t + prompt(static_cast<char>('a' + k), 640)
+                              : history_system + "other " + std::to_string(s * 8 + k) + ".";
+      }
+    }
+    for (const std::string& t : texts) {
+      const auto r = testing::chat(t);
+      p.rank(r, v, Time{}, out);
+      p.on_dispatch(r, out[0].endpoint, Time{});
+    }
+    // Endpoint 0 was sent the system prompt once, and is busy.
+    p.on_dispatch(testing::chat(system), 0, Time{});
+    pool.loads[0].in_flight = 30;
+    pool.loads[0].live_context_tokens = 30 * 10000;
+    pool.loads[0].decode_tokens = 30 * 50;
+    const Time now = Time{} + std::chrono::seconds(3);
+    const auto r = testing::chat(first, -1, 150);
+    std::vector<Explanation> ex;
+    p.explain(r, v, now, ex);
+    for (auto& t : ex[0].terms)
+      if (t.name == "followups") *followups = t.value;
+    p.rank(r, v, now, out);
+    return out[0].endpoint;
+  };
+  double g = -1;
+  EXPECT_EQ(pick(false, &g), 0u) << "no later turns: warm on the busy endpoint";
+  EXPECT_EQ(g, 0.0);
+  EXPECT_EQ(pick(true, &g), 1u) << "its later turns would pay the busy endpoint's steps";
+  EXPECT_GT(g, 1.0);
+}
+
 }  // namespace
 }  // namespace sluice
