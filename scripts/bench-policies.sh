@@ -6,7 +6,8 @@
 # usage: scripts/bench-policies.sh [suite...]     suites: llmd8 llmd64 sglang8 sglang64 mixes tenants quick
 #        hard (issue 13's suite: hot, agent, tool, kvp, burst, costmix at 8, 32 and 64 replicas),
 #        or one of its parts: hot8 hot32 hot64 agent8 agent32 agent64 tool8 tool32 tool64 kvp8 kvp32
-#        kvp64 burst8 burst32 burst64 costmix8 costmix32 costmix64
+#        kvp64 burst8 burst32 burst64 costmix8 costmix32 costmix64; agentx32 (agent sessions swept
+#        past saturation, for the sustainable rate: not in `hard`)
 #        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
 #        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
@@ -31,7 +32,7 @@ hard() {
   local part=$1 n=$2 rates8=$3
   shift 3
   local per8=$HARD_REQUESTS
-  if [ "$part" = agent ]; then per8=$((HARD_REQUESTS / 2)); fi  # long sessions: half the requests
+  if [ "$part" = agent ] || [ "$part" = agentx ]; then per8=$((HARD_REQUESTS / 2)); fi  # long sessions: half the requests
   local rates
   rates=$(python3 -c "import sys; n=$n; print(','.join(f'{float(r)*n/8:g}' for r in '$rates8'.split(',')))")
   local reqs
@@ -48,6 +49,9 @@ hard_part() {
     # agent sessions (8 per replica) growing past 16k tokens over 14 turns
     agent) if [ "$n" -le 8 ]; then r=4,8,12,16,20,24; else r=8,12,16,20,24; fi
       hard agent "$n" "$r" --workload "agent_sessions,sessions=$((n * 8))" ;;
+    # the same agent sessions with the sweep carried on past saturation (to 40 per 8 replicas), so
+    # the highest sustainable rate of each policy is inside it (not part of `hard`)
+    agentx) hard agentx "$n" 8,12,16,20,24,28,32,36,40 --workload "agent_sessions,sessions=$((n * 8))" ;;
     # Mooncake-like tool agent: 200 Zipf-popular 8-16k prefixes, short tails and outputs
     tool) hard tool "$n" 20,30,40,50,60 --workload tool_agent ;;
     # KV pressure: 150 prefixes of 3-5k tokens per replica (4.8M tokens at 8) on 12,000-block
@@ -138,7 +142,7 @@ suite() {
         --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --tenants ;;
     hard)
       for n in 8 32 64; do for p in hot agent tool kvp burst costmix; do hard_part "$p$n"; done; done ;;
-    hot[0-9]*|agent[0-9]*|tool[0-9]*|kvp[0-9]*|burst[0-9]*|costmix[0-9]*) hard_part "$1" ;;
+    hot[0-9]*|agent[0-9]*|agentx[0-9]*|tool[0-9]*|kvp[0-9]*|burst[0-9]*|costmix[0-9]*) hard_part "$1" ;;
     *) echo "unknown suite $1" >&2; exit 2 ;;
   esac
 }

@@ -11,7 +11,7 @@ Per file (one workload x replica count x seed, every policy on the same requests
   at each checked rate: sluice goodput >= 0.98 x the best other non-oracle policy's goodput, and
   sluice TTFT p90 <= 1.05 x the lowest other non-oracle TTFT p90 ("the default never loses");
   the win: sluice's best goodput ratio over the best other at any rate of the sweep, and the
-  ratio of highest sustainable rates (attainment >= 95%).
+  ratio of highest sustainable rates (the highest rate of the sweep with attainment >= 95%).
   Goodput compared between policies is the fleet simulator's goodput_rps (requests meeting the SLO
   per second from the first arrival to the last completion); "att" columns give the attainment.
 """
@@ -43,13 +43,12 @@ def att(run):
 
 
 def sustainable(runs):
-    best = 0.0
-    for rate, run in sorted(runs.items()):
-        if att(run) >= 0.95:
-            best = rate
-        else:
-            break
-    return best
+    # The highest rate of the sweep at which the attainment is >= 95% (the issue's "rate at which
+    # goodput >= 95% of offered"). Until round 18 this stopped at the first rate below 95%, so a
+    # policy that missed at the sweep's lowest rate (cache_aware's start-up transient on agent
+    # sessions: 94% at 32 req/s, 96-99% from 48 to 96) counted as sustaining nothing, and round_robin
+    # became the "best other" of the ratio.
+    return max((rate for rate, run in runs.items() if att(run) >= 0.95), default=0.0)
 
 
 def check(path):
