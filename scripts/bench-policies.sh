@@ -7,7 +7,7 @@
 #        hard (issue 13's suite: hot, agent, tool, kvp, burst, costmix at 8, 32 and 64 replicas),
 #        or one of its parts: hot8 hot32 hot64 agent8 agent32 agent64 tool8 tool32 tool64 kvp8 kvp32
 #        kvp64 burst8 burst32 burst64 costmix8 costmix32 costmix64; agentx32 (agent sessions swept
-#        past saturation, for the sustainable rate: not in `hard`)
+#        past saturation, for the sustainable rate: not in `hard`; files past-agent32-s<SEED>)
 #        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
 #        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
@@ -37,7 +37,11 @@ hard() {
   rates=$(python3 -c "import sys; n=$n; print(','.join(f'{float(r)*n/8:g}' for r in '$rates8'.split(',')))")
   local reqs
   reqs=$(python3 -c "print(min($HARD_MAX_REQUESTS, int($per8*$n/8)))")
-  run "hard-$part$n-s$SEED" "Issue 13 hard suite: $part, $n replicas, seed $SEED" --policy "$HARD" --replicas "$n" \
+  local name="hard-$part$n-s$SEED" title="Issue 13 hard suite: $part, $n replicas, seed $SEED"
+  if [ "$part" = agentx ]; then
+    name="past-agent$n-s$SEED" title="Agent sessions swept past saturation: $n replicas, seed $SEED"
+  fi
+  run "$name" "$title" --policy "$HARD" --replicas "$n" \
     --rates "$rates" --requests "$reqs" "$@"
 }
 

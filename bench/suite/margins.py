@@ -13,6 +13,8 @@ of each set:
 
 usage: bench/suite/margins.py 'GLOB' ['GLOB'...]
   e.g. bench/suite/margins.py 'bench/results/hard-*-s[89].json' '/tmp/new/hard-*-s[89].json'
+       bench/suite/margins.py --diff 'BEFORE_GLOB' 'AFTER_GLOB'
+  --diff: also list the losing rates the second set fixed and broke, by cell (files of the same name)
 """
 import glob
 import math
@@ -44,20 +46,45 @@ def margins(files):
     }
 
 
+def diff(before, after):
+    by_name = {os.path.basename(f): f for f in after}
+    fixed, broken = [], []
+    for f in before:
+        g = by_name.get(os.path.basename(f))
+        if not g:
+            continue
+        a, b = acceptance.check(f), acceptance.check(g)
+        rows_a = {r[0]: r for r in a["rows"]}
+        rows_b = {r[0]: r for r in b["rows"]}
+        cell = os.path.basename(f)[:-5]
+        fixed += [f"{cell} @ {r:g}" for r in sorted(set(a["fails"]) - set(b["fails"]))]
+        broken += [f"{cell} @ {r:g}: goodput {rows_b[r][5]:.3f}x, TTFT p90 {rows_b[r][9]:.3f}x (was {rows_a[r][5]:.3f}x, "
+                   f"{rows_a[r][9]:.3f}x)" for r in sorted(set(b["fails"]) - set(a["fails"]))]
+    print(f"\nfixed ({len(fixed)}): " + (", ".join(fixed) or "-"))
+    print(f"broken ({len(broken)}):" + "".join(f"\n  {x}" for x in broken) if broken else "broken (0): -")
+
+
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    with_diff = "--diff" in args
+    args = [a for a in args if a != "--diff"]
+    if not args or (with_diff and len(args) != 2):
         print(__doc__, file=sys.stderr)
         return 2
+    sets = []
     print("| set | files | checked | fails | gp_gmean | ttft_gmean | ttft>1.05 | gp<0.98 |")
     print("|---|---|---|---|---|---|---|---|")
-    for pattern in sys.argv[1:]:
+    for pattern in args:
         files = sorted(f for f in glob.glob(pattern) if not f.endswith(".only.json"))
+        sets.append(files)
         if not files:
             print(f"margins: no file matches {pattern}", file=sys.stderr)
             return 1
         m = margins(files)
         print(f"| {pattern} | {m['files']} | {m['checked']} | {m['fails']} | {m['gp_gmean']:.4f} | {m['ttft_gmean']:.4f} | "
               f"{m['ttft_over']} | {m['gp_under']} |")
+    if with_diff:
+        diff(*sets)
     return 0
 
 
