@@ -370,6 +370,9 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     last_key_ = prefix_.deepest_hash();
     last_text_ = req.text.data();
     last_text_size_ = req.text.size();
+    // With engine KV events the deepest match can lie past the learned index's (deepest_hash names
+    // the learned one); the tail is then looked for at the wrong offset and the continuation is
+    // missed (c a little low), never invented.
     last_continues_ = ends_.extends(last_key_, req.text, deepest, prefix_.block_chars());
     if (deepest > 0 && holders < endpoints.size() && last_key_ != 0 && output > 0) demand = demand_.rate(last_key_, now);
   }
