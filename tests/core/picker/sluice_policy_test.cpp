@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "core/openai/chat_template.h"
 #include "core/picker/oracle_policy.h"
 #include "core/picker/ranking.h"
 #include "picker_test_util.h"
@@ -439,6 +440,33 @@ TEST(SluicePolicy, ANewSessionGoesWhereItsLaterTurnsWillBeCheap) {
   EXPECT_EQ(g, 0.0);
   EXPECT_EQ(pick(true, &g), 1u) << "its later turns would pay the busy endpoint's steps";
   EXPECT_GT(g, 1.0);
+}
+
+// The live gateway's chat requests: the chat template renders a conversation's next turn (the
+// previous messages, the assistant's answer, a new user message) with the previous turn's whole
+// rendered prompt, trailer included, as its prefix, so its turns count as continuations.
+TEST(SluicePolicy, ChatTurnsRenderedByTheTemplateCountAsContinuations) {
+  FakePool pool(2);
+  auto v = pool.views();
+  std::vector<Candidate> out;
+  SluicePolicy p({}, PoolKind::chat);
+  std::vector<std::string> rendered;
+  for (int s = 0; s < 80; ++s) {
+    std::vector<ChatMessage> messages{{"system", std::string(4000, 's')},
+                                      {"user", "task " + std::to_string(s) + ": " + std::string(300, 'q')}};
+    for (int k = 0; k < 6; ++k) {
+      rendered.push_back(render_chat(messages));
+      ASSERT_TRUE(k == 0 || rendered.back().starts_with(rendered[rendered.size() - 2]));
+      const auto r = testing::chat(rendered.back());
+      p.rank(r, v, Time{}, out);
+      p.on_dispatch(r, out[0].endpoint, Time{});
+      messages.push_back({"assistant", "answer " + std::to_string(k) + std::string(200, 'a')});
+      messages.push_back({"user", "tool output " + std::to_string(k) + std::string(500, 't')});
+    }
+  }
+  // 5 of every 6 requests continue a conversation; smoothed over ~128 of 480 dispatches from 0.
+  EXPECT_GT(p.continuation_share(), 0.75) << p.continuation_share();
+  EXPECT_LT(p.continuation_share(), 5.0 / 6.0);
 }
 
 }  // namespace
