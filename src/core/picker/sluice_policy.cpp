@@ -518,12 +518,13 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {
   cursor_ = endpoint + 1;
   if (embedding(req)) return;
-  if (last_key_ != 0 && req.text.data() == last_text_ && req.text.size() == last_text_size_) demand_.note(last_key_, now);
+  // This request is the one evaluate() last saw (its cached prefix and continuation are known).
+  const bool evaluated = req.text.data() == last_text_ && req.text.size() == last_text_size_;
+  if (last_key_ != 0 && evaluated) demand_.note(last_key_, now);
   if (req.input_tokens > 0) mean_prompt_ = 0.95 * mean_prompt_ + 0.05 * static_cast<double>(req.input_tokens);
   mean_output_ = 0.95 * mean_output_ + 0.05 * output_of(req);
   if (!oracle_) {
     prefix_.learn(req, endpoint);
-    const bool evaluated = req.text.data() == last_text_ && req.text.size() == last_text_size_;
     continuation_ += ((evaluated && last_continues_ ? 1.0 : 0.0) - continuation_) / 128.0;
     const std::span<const uint64_t> blocks = prefix_.learned_blocks();
     if (!blocks.empty()) ends_.note(blocks.back(), req.text, blocks.size(), prefix_.block_chars(), now);
