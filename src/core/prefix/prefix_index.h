@@ -65,9 +65,10 @@ class PrefixIndex {
   // endpoints()). Const: does not refresh recency.
   void match(std::span<const uint64_t> blocks, std::span<uint32_t> matched) const;
   // The same for a text, hashing it at most 8 blocks ahead of its probes and stopping as soon as no
-  // endpoint matches any more (a miss costs 8 hashes, not the whole prompt). Returns the chained
-  // hash of the deepest block some endpoint holds (it names the longest cached prefix: every block
-  // before it is in the chain), 0 when none matched.
+  // endpoint matches any more (a miss costs a stride of hashes, not the whole prompt); while the
+  // index is ancestor_closed() it probes one block per stride of 8 and walks only the strides where
+  // an endpoint stops. Returns the chained hash of the deepest block some endpoint holds (it names
+  // the longest cached prefix: every block before it is in the chain), 0 when none matched.
   uint64_t match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
                       std::span<uint32_t> matched) const;
   // Endpoint `e` was sent a request with these blocks: it will hold them (most recent first).
@@ -79,6 +80,12 @@ class PrefixIndex {
   std::vector<uint64_t> blocks_of(size_t endpoint) const;
   // The `k` least recent block hashes of endpoint (the next evicted first), appended to `out`.
   void least_recent(size_t endpoint, size_t k, std::vector<uint64_t>& out) const;
+
+  // True while every endpoint's blocks of any chain are a leading run of it (holding block j means
+  // holding blocks 0..j-1). learn() keeps it: it touches a chain tail first, so a block is never
+  // less recent than its descendants and the LRU evicts descendants first; so do set_capacity()
+  // and purge(). forget() (an engine's removal of one block) may break it, until reset().
+  bool ancestor_closed() const { return ancestor_closed_; }
 
   size_t entries() const { return entries_; }
   size_t entries(size_t endpoint) const { return static_cast<size_t>(lrus_[endpoint].size); }
@@ -128,6 +135,7 @@ class PrefixIndex {
   std::vector<Lru> lrus_;
   size_t entries_ = 0;
   size_t distinct_ = 0;
+  bool ancestor_closed_ = true;
 };
 
 }  // namespace sluice

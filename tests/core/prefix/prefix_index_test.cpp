@@ -204,6 +204,28 @@ void random_against_model(size_t endpoints) {
   EXPECT_EQ(idx.entries(), total);
 }
 
+// match_text probes one block per stride while the index is ancestor-closed; an engine's removal
+// of one block (forget) can leave a hole under blocks the endpoint still holds, and the match must
+// stop at the hole, not at the deepest block.
+TEST(PrefixIndex, MatchTextStopsAtABlockForgottenUnderItsDescendants) {
+  PrefixIndex idx(2);
+  const std::string text = text_of('q', 64 * 20);
+  auto b = blocks_of(text);
+  idx.learn(0, b);
+  idx.learn(1, std::vector<uint64_t>(b.begin(), b.begin() + 11));
+  std::vector<uint32_t> mt(2);
+  EXPECT_TRUE(idx.ancestor_closed());
+  EXPECT_EQ(idx.match_text(text, 64, PrefixIndex::seed("m", "", ""), 1 << 20, mt), b[19]);
+  EXPECT_EQ(mt, (std::vector<uint32_t>{20, 11}));
+  ASSERT_TRUE(idx.forget(0, b[3]));
+  EXPECT_FALSE(idx.ancestor_closed());
+  EXPECT_EQ(idx.match_text(text, 64, PrefixIndex::seed("m", "", ""), 1 << 20, mt), b[10]);
+  EXPECT_EQ(mt, (std::vector<uint32_t>{3, 11}));
+  EXPECT_EQ(mt, match(idx, b));
+  idx.reset(2);
+  EXPECT_TRUE(idx.ancestor_closed());
+}
+
 TEST(PrefixIndex, MatchesNaiveModelUpTo64Endpoints) { random_against_model(7); }
 TEST(PrefixIndex, MatchesNaiveModelBeyond64Endpoints) { random_against_model(70); }
 
