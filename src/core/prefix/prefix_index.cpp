@@ -318,7 +318,7 @@ void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> ma
   }
 }
 
-uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
+[[gnu::flatten]] uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
                                  std::span<uint32_t> matched) const {
   const size_t ne = std::min(matched.size(), lrus_.size());
   if (ne > 64 || block_chars == 0) {
@@ -357,7 +357,10 @@ uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint
   size_t hashed = 0;
   const auto hash_to = [&](size_t n) {
     for (; hashed < n; ++hashed) {
-      h = chain_block(h, text.data() + hashed * block_chars, block_chars);
+      // 64 characters (16 tokens, the engines' default block) as a constant: XXH3's length dispatch
+      // folds away and the hash is inlined.
+      const char* block = text.data() + hashed * block_chars;
+      h = block_chars == 64 ? chain_block(h, block, 64) : chain_block(h, block, block_chars);
       hashes[hashed % kRing] = h;
       __builtin_prefetch(&slots_[home(h)]);
     }
