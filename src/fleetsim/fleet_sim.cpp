@@ -129,7 +129,7 @@ class Simulation {
     }
     router_ = gateways_[0].router.get();
     gateway_queue_.resize(cfg.gateways);
-    if (cfg.fair_queue) fair_.emplace();
+    if (cfg.fair_queue) fair_.emplace(QueueConfig{.default_ttl = cfg.queue_ttl});
     if (cfg.fair_queue) dispatcher_.emplace(FairShareConfig{.enabled = cfg.fair_share});
     for (size_t i = 0; i < cfg.replicas; ++i) {
       auto ec = cfg.engine;

@@ -58,6 +58,7 @@ struct FleetConfig {
   int max_in_flight_per_endpoint = 0;    // 0 = no gateway queue (dispatch at once)
   bool fair_queue = false;               // VTC AdmissionQueue instead of a FIFO
   bool fair_share = true;                // with fair_queue: FairShare of the slots (fair_share.h)
+  Duration queue_ttl = std::chrono::seconds(30);  // with fair_queue: the queue-time budget (503 past it)
   std::string workload;                  // spec, see core/workload/workload.h
   workload::ArrivalSpec arrivals;
   workload::WorkloadLimits limits;

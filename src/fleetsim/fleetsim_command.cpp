@@ -37,6 +37,7 @@ struct Flags {
   int max_in_flight = 0;
   bool fair_queue = false;
   bool no_fair_share = false;
+  double queue_ttl_ms = 30000;
   double slo_ttft_ms = 1000, slo_itl_ms = 50;
   bool json = false, tenants = false;
   std::string json_out;
@@ -78,6 +79,8 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   c.max_in_flight_per_endpoint = f.max_in_flight;
   c.fair_queue = f.fair_queue;
   c.fair_share = !f.no_fair_share;
+  if (!(f.queue_ttl_ms > 0)) return std::string("--queue-ttl-ms must be positive");
+  c.queue_ttl = from_millis(f.queue_ttl_ms);
   if (f.fair_queue && f.max_in_flight <= 0) return std::string("--fair-queue needs --max-in-flight (the gateway queue)");
   c.workload = f.workload;
   if (!workload::parse_arrival_kind(f.arrival, c.arrivals.kind))
@@ -258,9 +261,13 @@ void add_fleetsim_command(CLI::App& app) {
                   "Gateway in-flight cap per replica; beyond it requests queue at the gateway (0 = none)")
       ->capture_default_str();
   cmd->add_flag("--fair-queue", flags->fair_queue,
-                "Order the gateway queue by the admission layer's VTC fairness between tenants (30 s TTL), "
+                "Order the gateway queue by the admission layer's VTC fairness between tenants (TTL: --queue-ttl-ms), "
                 "with fair shares of the slots");
   cmd->add_flag("--no-fair-share", flags->no_fair_share, "With --fair-queue: VTC order only, no fair shares of the slots");
+  cmd->add_option("--queue-ttl-ms", flags->queue_ttl_ms,
+                  "With --fair-queue: the queue-time budget; a request queued longer leaves with 503 (the gateway's "
+                  "admission.queue TTL)")
+      ->capture_default_str();
   cmd->add_option("--slo-ttft-ms", flags->slo_ttft_ms, "Goodput SLO on TTFT")->capture_default_str();
   cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object per run instead of the table");

@@ -185,6 +185,24 @@ TEST(FleetSim, FairQueueProtectsQuietTenants) {
   EXPECT_GT(fair.figures.tenants["noisy"].ttft.p90, quiet_fair);
 }
 
+// The queue-time budget (--queue-ttl-ms): past it a queued request leaves with 503 instead of waiting
+// on; no request that did get an endpoint waited longer than the budget.
+TEST(FleetSim, QueueTimeBudgetShedsWhatWaitsTooLong) {
+  auto c = small_fleet("least_request", 120);
+  c.workload = "tenants,tenants=4,factor=10,input=300,output=50";
+  c.max_in_flight_per_endpoint = 4;
+  c.limits.max_requests = 1500;
+  c.fair_queue = true;
+  auto patient = run_ok(c);  // the default budget, 30 s
+  c.queue_ttl = std::chrono::milliseconds(200);
+  auto shed = run_ok(c);
+  EXPECT_EQ(patient.figures.by_status[503], 0u);
+  EXPECT_GT(patient.figures.queue.max, 0.5);
+  EXPECT_GT(shed.figures.by_status[503], 0u);
+  EXPECT_LE(shed.figures.queue.max, 0.2 + 1e-9);
+  EXPECT_LT(shed.figures.ttft.p90, patient.figures.ttft.p90);
+}
+
 // Light tenants (the noisy one sends 30x each of their tokens): with the VTC order alone their
 // requests still wait for one of the noisy tenant's slots to free; the fair share of the slots keeps
 // one ready (the live gateway's rule, admission/fair_share.h). The noisy tenant pays in throughput.
