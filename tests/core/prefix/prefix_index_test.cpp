@@ -226,6 +226,45 @@ TEST(PrefixIndex, MatchTextStopsAtABlockForgottenUnderItsDescendants) {
   EXPECT_TRUE(idx.ancestor_closed());
 }
 
+// The stride walk against the block-by-block match on long prompts that part at every offset within
+// a stride, at a block size other than 64 (the hash's generic path) and with a max_blocks cap: the
+// endpoints' LRUs are small, so learning evicts, and prompts share heads of random lengths.
+TEST(PrefixIndex, StrideMatchEqualsTheBlockWalkOnLongPrompts) {
+  std::mt19937_64 rng(11);
+  for (const size_t block_chars : {size_t{48}, size_t{64}}) {
+    const size_t endpoints = 12;
+    PrefixIndex idx(endpoints);
+    for (size_t e = 0; e < endpoints; ++e) idx.set_capacity(e, 40 + static_cast<int64_t>(rng() % 300));
+    const std::string base = [&] {
+      std::string t(block_chars * 400, ' ');
+      for (auto& c : t) c = static_cast<char>('a' + rng() % 26);
+      return t;
+    }();
+    auto variant = [&](size_t keep_blocks, size_t total_blocks) {
+      std::string t = base.substr(0, keep_blocks * block_chars + rng() % block_chars);
+      while (t.size() < total_blocks * block_chars) t += static_cast<char>('A' + rng() % 26);
+      return t;
+    };
+    const uint64_t seed = PrefixIndex::seed("m", "", "");
+    for (int step = 0; step < 400; ++step) {
+      std::vector<uint64_t> b;
+      PrefixIndex::hash_blocks(variant(rng() % 300, 300), block_chars, seed, 1 << 20, b);
+      idx.learn(rng() % endpoints, b);
+      const std::string probe = variant(rng() % 320, 330);
+      const size_t cap = step % 3 == 0 ? 1 + rng() % 200 : size_t{1} << 20;
+      std::vector<uint64_t> pb;
+      PrefixIndex::hash_blocks(probe, block_chars, seed, cap, pb);
+      std::vector<uint32_t> walked(endpoints), strided(endpoints);
+      idx.match(pb, walked);
+      const uint64_t deepest = idx.match_text(probe, block_chars, seed, cap, strided);
+      ASSERT_EQ(strided, walked) << "block " << block_chars << " step " << step;
+      const uint32_t depth = *std::max_element(walked.begin(), walked.end());
+      ASSERT_EQ(deepest, depth > 0 ? pb[depth - 1] : 0u) << "block " << block_chars << " step " << step;
+    }
+    EXPECT_TRUE(idx.ancestor_closed());
+  }
+}
+
 TEST(PrefixIndex, MatchesNaiveModelUpTo64Endpoints) { random_against_model(7); }
 TEST(PrefixIndex, MatchesNaiveModelBeyond64Endpoints) { random_against_model(70); }
 
