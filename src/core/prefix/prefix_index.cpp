@@ -343,15 +343,15 @@ void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> ma
   //
   // Strides. While the index is ancestor-closed (every endpoint's blocks of a chain are a leading
   // run of it: see ancestor_closed()), an endpoint that holds block j holds every block before it.
-  // So only the last block of each stride of kStride blocks is probed: when every endpoint still
+  // So only the last block of each stride of 8 blocks is probed: when every endpoint still
   // matching holds it, they all hold the whole stride; when some do not, the stride is walked
   // block by block (its slots are already prefetched) to find where each one stopped. A 16k-
-  // character prompt whose first half is cached probes ~20 slots instead of ~130. The result is the
+  // character prompt whose first half is cached probes ~25 slots instead of ~130. The result is the
   // block-by-block walk's; without closure (an index that forgot single blocks) every block is
   // probed.
   constexpr size_t kAhead = 8;
   const size_t stride = ancestor_closed_ ? 8 : 1;
-  constexpr size_t kRing = 32;  // a power of two >= kAhead + the stride
+  constexpr size_t kRing = 32;  // a power of two >= kAhead + the stride: [start, end + kAhead) fits
   uint64_t hashes[kRing];
   uint64_t h = seed;
   size_t hashed = 0;
