@@ -25,6 +25,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.decode_price = p.get("decode_price", s.decode_price);
   s.queue_limit = p.get("queue_limit", s.queue_limit);
   s.eviction_price = p.get("eviction_price", s.eviction_price);
+  s.decode_bound_price = p.get("decode_bound_price", s.decode_bound_price);
   s.adapter_load_ms = p.get("adapter_load_ms", s.adapter_load_ms);
   s.adapter_wait_ms = p.get("adapter_wait_ms", s.adapter_wait_ms);
   s.max_output_tokens = std::max(0.0, p.get("max_output_tokens", s.max_output_tokens));
@@ -155,6 +156,13 @@ struct PrefillTerms {
       // below half full (0.1 at 0.5), most of it near full (0.6 at 0.85).
       const double u = std::clamp(in.kv_usage, 0.0, 1.0);
       t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, u * u * u * B * stall);
+      if (p.decode_bound_price > 0) {
+        // Decode-bound (opt-in): e, the share of the step that grows with the batch, is how far the
+        // replica is along to its decode capacity, where a ms of prefill is a ms of every decoder's.
+        const double grows = (p.beta_ms * B > p.w_ms ? p.beta_ms * B : 0.0) + p.delta_ms * B + p.gamma_ms * in.kv_read;
+        const double step = p.c0_ms + std::max(p.w_ms, p.beta_ms * B) + p.delta_ms * B + p.gamma_ms * in.kv_read;
+        t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, p.decode_bound_price * (grows / step) * B * stall);
+      }
     } else {
       t.prefill_imposed_ms = B * stall;
     }

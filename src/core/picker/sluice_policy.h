@@ -74,6 +74,14 @@
 //             full, 0.6 at 0.85, 1 when full: then the plain-ms price below). Without it, under KV
 //             pressure cold copies looked cheap, the hit rate fell, KV filled and the pool collapsed
 //             (kv_pressure, bench/results/README.md round 6).
+//             Opt-in (decode_bound_price 1; off by default): also at least e x B x stall, e = the
+//             share of the step that grows with the batch, ((beta B if beta B > W, else 0) + delta B
+//             + gamma K) / step(B, K) = 1 - (dT/dB) / (T/B) for the token rate T = B / step: at e -> 1
+//             the replica is at its decode capacity (one more sequence adds no tokens per second),
+//             and a ms of prefill there is a ms of every decoder's progress. On agent sessions at 32
+//             replicas, 144 req/s (past saturation), it takes 3 of 9 seeds off round 18's cliff and
+//             lifts the rest; over the hard suite it fixes 3 losing rates and breaks 4 fan-out
+//             bursts at 0.975-0.979x (bench/results/README.md, round 19), so it is not the default yet.
 //   decode_price 0 (plain ms, the default before): decode_ms = O x step(B + 1, K + c),
 //             interference_ms = min(R, B O) x (step(B + 1, K + c) - step(B, K)),
 //             prefill_imposed_ms = B x stall (by Little's law about as many wait behind as ahead).
@@ -184,7 +192,7 @@
 // chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
-// priced). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// priced), decode_bound_price 0 (1: the stall's decode-bound price, above). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -209,6 +217,7 @@ struct SluiceParams {
   double decode_price = 2;  // 0: plain ms; 1: certain lag behind the ITL SLO's pace; 2: expected lag (default)
   double queue_limit = 64;
   double eviction_price = 1;  // 0: evictions are not priced
+  double decode_bound_price = 0;  // 1: the stall at least e x B x stall (prefill_imposed_ms above)
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;
   double default_output_tokens = 256;

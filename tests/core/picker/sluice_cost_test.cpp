@@ -653,6 +653,29 @@ TEST(SluiceSloPrice, AFullKvMakesTheWholeBatchPayTheStall) {
   EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, sluice_cost(kPlain, in).prefill_imposed_ms, 1e-9);
 }
 
+// decode_bound_price 1 (opt-in): the batch pays e x B x stall, e = the share of the step that grows
+// with the batch; 0 (the default) leaves the SLO-priced term as it was.
+TEST(SluiceSloPrice, ADecodeBoundBatchPaysTheStallByItsShareOfTheStep) {
+  SluiceParams bound = kSlo;
+  bound.decode_bound_price = 1;
+  EXPECT_EQ(SluiceParams{}.decode_bound_price, 0);
+  SluiceInputs in = cold_prefill_into_a_short_batch();
+  const double stall = kColdPrefillStall;
+  // 25 sequences reading no KV: the step is the weight floor, 2 + 5.5 + 0.5 ms, of which only
+  // delta B = 0.5 ms grows with the batch: e = 0.0625, 1.56 requests' worth < the 5 queued.
+  EXPECT_NEAR(sluice_cost(bound, in).prefill_imposed_ms, 5 * stall, 1e-9);
+  // Long contexts: 25 x 20k tokens read each step, gamma K = 25 ms of a 33 ms step.
+  in.kv_read = 25 * 20000;
+  const double grows = 0.02 * 25 + 5e-5 * 25 * 20000;
+  const double e = grows / (2 + 5.5 + grows);
+  EXPECT_NEAR(e, 0.773, 1e-3);
+  EXPECT_NEAR(sluice_cost(bound, in).prefill_imposed_ms, e * 25 * stall, 1e-9);
+  // Off by default: the queued requests and the decoders' lag (33 ms under a 50 ms pace: little).
+  const double slo_priced = sluice_cost(kSlo, in).prefill_imposed_ms;
+  EXPECT_GT(slo_priced, 5 * stall);
+  EXPECT_LT(slo_priced, e * 25 * stall / 3);
+}
+
 TEST(SluiceEviction, BlocksPastTheFreeCacheEvictOthersAtThePoolsReuse) {
   SluiceInputs in;
   in.input = 4000;
