@@ -5,7 +5,8 @@
 # 18 cells at 8 replicas, without touching the committed results.
 #
 # usage: bench/suite/rerun_sluice.sh OUTDIR CELL...    (CELL: hard-hot8-s2, hard-kvp32-s1, ...)
-# env:   SLUICE (default build-release/sluice), JOBS (cells at once, default 2),
+# env:   SLUICE (default build-release/sluice), JOBS (cells at once, default 2), EXTRA (more fleetsim
+#        arguments for the sluice runs, e.g. EXTRA='--policy-param decode_bound_price=1'),
 #        BASE (the cells' CELL.cmd and CELL.json, default bench/results; bench/suite/heldout.sh's
 #        scratch directory for seeds not committed)
 set -euo pipefail
@@ -21,7 +22,8 @@ for cell in "$@"; do
   # The cell's own command (its first line), without its policy list and provenance comment.
   read -r -a args <<<"$(head -1 "$results/$cell.cmd" | sed 's/ *#.*//; s/^sluice fleetsim //; s/--policy [^ ]*//')"
   (
-    "$SLUICE" fleetsim "${args[@]}" --policy sluice --jobs 1 --json > "$out/$cell.only.json"
+    read -r -a extra <<<"${EXTRA:-}"
+    "$SLUICE" fleetsim "${args[@]}" --policy sluice "${extra[@]}" --jobs 1 --json > "$out/$cell.only.json"
     python3 "$root/bench/suite/replace_rows.py" "$results/$cell.json" "$out/$cell.only.json" "$out/$cell.json" sluice
   ) &
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 0.2; done
