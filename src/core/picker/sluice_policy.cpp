@@ -160,7 +160,7 @@ struct PrefillTerms {
         // Decode-bound (opt-in): e, the share of the step that grows with the batch, is how far the
         // replica is along to its decode capacity, where a ms of prefill is a ms of every decoder's.
         const double grows = (p.beta_ms * B > p.w_ms ? p.beta_ms * B : 0.0) + p.delta_ms * B + p.gamma_ms * in.kv_read;
-        const double step = p.c0_ms + std::max(p.w_ms, p.beta_ms * B) + p.delta_ms * B + p.gamma_ms * in.kv_read;
+        const double step = step_base(p, B) + p.gamma_ms * in.kv_read;
         t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, p.decode_bound_price * (grows / step) * B * stall);
       }
     } else {
