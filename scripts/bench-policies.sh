@@ -11,8 +11,8 @@
 #        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
 #        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
-#        ONLY=p1,p2: hard suite only: rerun just these policies and replace their rows in the existing
-#        <name>.json (the other policies' rows are kept; the .md then names both commands)
+#        ONLY=p1,p2: rerun just these policies (those of them each run has) and replace their rows in
+#        the existing <name>.json (the other policies' rows are kept; the .md then names both commands)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 SLUICE=${SLUICE:-$root/build-release/sluice}
@@ -80,19 +80,21 @@ run() {
   cmd="$cmd   # source: $rev"
   echo "== $name: $cmd" >&2
   if [ -n "${ONLY:-}" ] && [ -f "$out/$name.json" ]; then
-    # Replace ONLY's rows: the same flags with --policy ONLY.
-    local args=() skip=0 a
+    # Replace ONLY's rows (those of ONLY's policies this run has): the same flags with --policy them.
+    local args=() skip=0 a listed="" only=""
     for a in "$@"; do
-      if [ $skip = 1 ]; then skip=0; continue; fi
+      if [ $skip = 1 ]; then skip=0; listed=$a; continue; fi
       if [ "$a" = --policy ]; then skip=1; continue; fi
       args+=("$a")
     done
     set -- "${args[@]}"
-    "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --policy "$ONLY" --json-out "$out/$name.only.json" > "$out/$name.only.txt"
-    python3 "$root/bench/suite/replace_rows.py" "$out/$name.json" "$out/$name.only.json" "$out/$name.json" "$ONLY"
+    only=$(python3 -c "import sys; l=sys.argv[2].split(','); print(','.join(p for p in sys.argv[1].split(',') if p in l))" "$ONLY" "$listed")
+    if [ -z "$only" ]; then echo "== $name: none of $ONLY in $listed, kept" >&2; return 0; fi
+    "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --policy "$only" --json-out "$out/$name.only.json" > "$out/$name.only.txt"
+    python3 "$root/bench/suite/replace_rows.py" "$out/$name.json" "$out/$name.only.json" "$out/$name.json" "$only"
     rm -f "$out/$name.only.json"
-    cmd="$(cat "$out/$name.cmd" 2>/dev/null || echo "$cmd")
-# then the rows of $ONLY replaced by: sluice fleetsim --seed $SEED $* --policy $ONLY   # source: $rev"
+    cmd="$(sed '/^# then the rows of/d' "$out/$name.cmd" 2>/dev/null || echo "$cmd")
+# then the rows of $only replaced by: sluice fleetsim --seed $SEED $* --policy $only   # source: $rev"
   else
     "$SLUICE" fleetsim --seed "$SEED" --jobs "$JOBS" "$@" --json-out "$out/$name.json" > "$out/$name.txt"
     echo "$cmd" > "$out/$name.cmd"

@@ -78,6 +78,16 @@ struct Duty {
   explicit Duty(double prefill_duty) : keep(1.0 - std::clamp(prefill_duty, 0.0, 0.9)), stretch(1.0 / keep) {}
 };
 
+// The work price's weight (decode_bound_price, header): w = price x e x min(1, phi^2), e = the share of
+// the step of the batch (B sequences reading K KV tokens) that grows with it, phi = the pool's pace
+// share. 0 when the price is off.
+[[gnu::always_inline]] inline double work_weight(const SluiceParams& p, const SluiceInputs& in, double B) {
+  if (!(p.decode_bound_price > 0) || !(in.pace_share > 0)) return 0.0;
+  const double grows = (p.beta_ms * B > p.w_ms ? p.beta_ms * B : 0.0) + p.delta_ms * B + p.gamma_ms * in.kv_read;
+  const double step = step_base(p, B) + p.gamma_ms * in.kv_read;
+  return p.decode_bound_price * (grows / step) * std::min(1.0, in.pace_share * in.pace_share);
+}
+
 // The time to first token of inputs `in` with U uncached tokens: the steps until the queue ahead
 // (queue_tokens, queue_pairs) and its own uncached prefill are done.
 [[gnu::always_inline]] inline double ttft_of(const SluiceParams& p, const SluiceInputs& in, double U, double queue_tokens,
@@ -156,13 +166,9 @@ struct PrefillTerms {
       // below half full (0.1 at 0.5), most of it near full (0.6 at 0.85).
       const double u = std::clamp(in.kv_usage, 0.0, 1.0);
       t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, u * u * u * B * stall);
-      if (p.decode_bound_price > 0) {
-        // Decode-bound (opt-in): e, the share of the step that grows with the batch, is how far the
-        // replica is along to its decode capacity, where a ms of prefill is a ms of every decoder's.
-        const double grows = (p.beta_ms * B > p.w_ms ? p.beta_ms * B : 0.0) + p.delta_ms * B + p.gamma_ms * in.kv_read;
-        const double step = step_base(p, B) + p.gamma_ms * in.kv_read;
-        t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, p.decode_bound_price * (grows / step) * B * stall);
-      }
+      // Work: as the pool nears the pace, a ms of prefill on a replica near its decode capacity is a
+      // ms of every decoder's progress (w x B x stall; header, the work price).
+      t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, work_weight(p, in, B) * B * stall);
     } else {
       t.prefill_imposed_ms = B * stall;
     }
@@ -205,6 +211,8 @@ template <bool kItl>
       // batch for their prefill, longer by what we add to it: their TTFT in plain ms, which the lag
       // (0 below the SLO's pace) does not see.
       c.interference_ms += in.arrivals_per_ms * O * w.mean_ms * (with - step0);
+      // Work: the others' tokens it slows, in plain ms, at the work price's weight (header).
+      c.interference_ms = std::max(c.interference_ms, work_weight(p, in, B) * std::min(in.remaining, B * O) * (with - step0));
     } else if (p.decode_price == 1) {
       // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
       const double lag1 = std::max(0.0, with * duty.stretch - p.itl_slo_ms);
@@ -369,6 +377,8 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   double demand = 0;  // lambda_p, requests per ms
   last_key_ = 0;
   last_continues_ = false;
+  last_text_ = req.text.data();
+  last_text_size_ = req.text.size();
   if (!matched.empty()) {
     for (const EndpointView& v : endpoints) {
       const uint32_t m = v.index < matched.size() ? matched[v.index] : 0;
@@ -376,8 +386,6 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
       holders += m == deepest;
     }
     last_key_ = prefix_.deepest_hash();
-    last_text_ = req.text.data();
-    last_text_size_ = req.text.size();
     // With engine KV events the deepest match can lie past the learned index's (deepest_hash names
     // the learned one); the tail is then looked for at the wrong offset and the continuation is
     // missed (c a little low), never invented.
@@ -386,6 +394,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   }
   const double followups = sluice_followups(continuation_);
   const double warm_cached = demand > 0 ? static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens)) : 0.0;
+  double pace_sum = 0;  // the endpoints' batch ITLs (ms), phi's numerator
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
@@ -444,6 +453,9 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     if (v.index < indexed)
       in.cache_free_tokens = static_cast<double>(std::max<int64_t>(0, ix.capacity(v.index) - static_cast<int64_t>(ix.entries(v.index)))) *
                              block_tokens;
+    in.pace_share = pace_share_;
+    // This endpoint's batch ITL over the pace, for the next decision's phi.
+    pace_sum += (step_base(p, in.decoding + in.queued) + p.gamma_ms * in.kv_read) * factors.stretch;
     // sluice_cost and sluice_itl_ms (embeddings: no ITL) in one pass.
     double itl = 0.0;
     BatchLag batch;
@@ -477,6 +489,11 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
       e.meets_slo = meets_slo;
     }
   }
+  // phi for the decisions after this request's dispatch (on_dispatch): the pool's mean batch ITL over
+  // the ITL SLO. However often a request is ranked (explain_json ranks it once more), every ranking
+  // of it sees the same phi.
+  if (!embed && !endpoints.empty() && p.itl_slo_ms > 0)
+    next_pace_share_ = pace_sum / static_cast<double>(endpoints.size()) / p.itl_slo_ms;
   if (demand > 0) {
     // The copy credit (see the header): a cold copy's premium, repaid by the requests for this
     // prefix that will share the copy while this request holds it.
@@ -529,6 +546,7 @@ void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now
   // This request is the one evaluate() last saw (its cached prefix and continuation are known).
   const bool evaluated = req.text.data() == last_text_ && req.text.size() == last_text_size_;
   if (last_key_ != 0 && evaluated) demand_.note(last_key_, now);
+  if (evaluated) pace_share_ = next_pace_share_;
   if (req.input_tokens > 0) mean_prompt_ = 0.95 * mean_prompt_ + 0.05 * static_cast<double>(req.input_tokens);
   mean_output_ = 0.95 * mean_output_ + 0.05 * output_of(req);
   if (!oracle_) {
@@ -561,6 +579,7 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"arrivals_per_s", e.in.arrivals_per_ms * 1000},
                     {"itl_ms", e.itl_ms},
                     {"prefill_duty", e.in.prefill_duty},
+                    {"pace_share", e.in.pace_share},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},
                     {"queue_tokens", e.in.queue_tokens},
                     {"queue_pairs", e.in.queue_pairs},

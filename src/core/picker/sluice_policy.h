@@ -74,14 +74,26 @@
 //             full, 0.6 at 0.85, 1 when full: then the plain-ms price below). Without it, under KV
 //             pressure cold copies looked cheap, the hit rate fell, KV filled and the pool collapsed
 //             (kv_pressure, bench/results/README.md round 6).
-//             Opt-in (decode_bound_price 1; off by default): also at least e x B x stall, e = the
-//             share of the step that grows with the batch, ((beta B if beta B > W, else 0) + delta B
-//             + gamma K) / step(B, K) = 1 - (dT/dB) / (T/B) for the token rate T = B / step: at e -> 1
-//             the replica is at its decode capacity (one more sequence adds no tokens per second),
-//             and a ms of prefill there is a ms of every decoder's progress. On agent sessions at 32
-//             replicas, 144 req/s (past saturation), it takes 3 of 9 seeds off round 18's cliff and
-//             lifts the rest; over the hard suite it fixes 3 losing rates and breaks 4 fan-out
-//             bursts at 0.975-0.979x (bench/results/README.md, round 19), so it is not the default yet.
+//             The work price (decode_bound_price 1, the default; 0 turns it off): the term is also at
+//             least w x B x stall, and interference_ms at least w x min(R, B O) x (step(B + 1, K + c) -
+//             step(B, K)) (the others' delay in plain ms), with
+//               w = e x min(1, phi^2),
+//               e = ((beta B if beta B > W, else 0) + delta B + gamma K) / step(B, K): the share of the
+//                 step that grows with the batch, 1 - (dT/dB) / (T/B) for the token rate T = B / step,
+//                 the replica's decode utilisation at a steady batch (at e -> 1 one more sequence adds
+//                 no tokens per second, and a ms of prefill there is a ms of every decoder's progress);
+//               phi = the pool's mean batch ITL (step(B, K) / (1 - rho) over its endpoints) over
+//                 itl_slo_ms, as the evaluation of the last dispatched request found it: how near the
+//                 pool as a whole is to the pace, where work spent anywhere comes out of the goodput.
+//             Below the pace the lag prices a decoder's time at 0, so near the pool's capacity a cold
+//             copy (more prefill) and a crowded batch (slower steps) looked free as long as each
+//             batch stayed under the pace; the extra work then took the pool over it together
+//             (round 18's cliff: agent sessions at 32 replicas, 144 req/s, sluice's uncached share
+//             20.8% against cache_aware's 14.6%, goodput 52 against 101). Both terms together: the
+//             stall's alone held fan-out bursts on their holders (their tail 4% later at 480 req/s);
+//             e without phi, or phi to the first power, priced work at light load and raised the
+//             TTFT p90 of agent sessions at 64 req/s to 1.07-1.14x cache_aware's; phi^3 left 5 of 9
+//             seeds on the cliff against phi^2's 3 (bench/results/README.md, round 20).
 //   decode_price 0 (plain ms, the default before): decode_ms = O x step(B + 1, K + c),
 //             interference_ms = min(R, B O) x (step(B + 1, K + c) - step(B, K)),
 //             prefill_imposed_ms = B x stall (by Little's law about as many wait behind as ahead).
@@ -192,7 +204,7 @@
 // chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
-// priced), decode_bound_price 0 (1: the stall's decode-bound price, above). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// priced), decode_bound_price 1 (the work price, above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -217,7 +229,7 @@ struct SluiceParams {
   double decode_price = 2;  // 0: plain ms; 1: certain lag behind the ITL SLO's pace; 2: expected lag (default)
   double queue_limit = 64;
   double eviction_price = 1;  // 0: evictions are not priced
-  double decode_bound_price = 0;  // 1: the stall at least e x B x stall (prefill_imposed_ms above)
+  double decode_bound_price = 1;  // the work price's weight (0: off; prefill_imposed_ms, interference_ms above)
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;
   double default_output_tokens = 256;
@@ -252,6 +264,7 @@ struct SluiceInputs {
   double reuse = 0;                             // h: the pool's share of input tokens found cached
   double arrivals_per_ms = 0;                   // lambda: requests dispatched per ms per endpoint
   double followups = 0;                         // g: the later turns expected to extend this context
+  double pace_share = 0;                        // phi: the pool's mean batch ITL over the ITL SLO (work price)
 };
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in);
 // E[max(0, X - limit)] for X normal with this mean and standard deviation (max(0, mean - limit)
@@ -297,6 +310,7 @@ class SluicePolicy : public Policy {
     demand_.clear();
     ends_.clear();
     continuation_ = 0;
+    pace_share_ = next_pace_share_ = 0;
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
@@ -367,6 +381,9 @@ class SluicePolicy : public Policy {
   // ~128 requests: the follow-ups' weight (followup_ms).
   PromptEnds ends_;
   double continuation_ = 0;
+  // phi (SluiceInputs::pace_share) as the last dispatched request's evaluation found it, and as the
+  // last evaluation found it (on_dispatch moves it over).
+  double pace_share_ = 0, next_pace_share_ = 0;
   const char* last_text_ = nullptr;
   size_t last_text_size_ = 0;
   double pool_arrivals(size_t endpoints) const;           // the pool's mean, per endpoint

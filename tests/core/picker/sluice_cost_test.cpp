@@ -653,27 +653,73 @@ TEST(SluiceSloPrice, AFullKvMakesTheWholeBatchPayTheStall) {
   EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, sluice_cost(kPlain, in).prefill_imposed_ms, 1e-9);
 }
 
-// decode_bound_price 1 (opt-in): the batch pays e x B x stall, e = the share of the step that grows
-// with the batch; 0 (the default) leaves the SLO-priced term as it was.
-TEST(SluiceSloPrice, ADecodeBoundBatchPaysTheStallByItsShareOfTheStep) {
-  SluiceParams bound = kSlo;
-  bound.decode_bound_price = 1;
-  EXPECT_EQ(SluiceParams{}.decode_bound_price, 0);
+// The work price (decode_bound_price 1, the default): as the pool nears the ITL SLO's pace (phi, the
+// pool's mean batch ITL over the SLO), the stall is charged to the batch at w x B x stall and the
+// slower steps to the others' tokens at w x min(R, B O) x the step increase, w = e x min(1, phi^2),
+// e = the share of the step that grows with the batch.
+TEST(SluiceWorkPrice, TheStallCostsTheBatchByItsDecodeShareAsThePoolNearsThePace) {
+  EXPECT_EQ(SluiceParams{}.decode_bound_price, 1);
   SluiceInputs in = cold_prefill_into_a_short_batch();
   const double stall = kColdPrefillStall;
+  in.pace_share = 1;
   // 25 sequences reading no KV: the step is the weight floor, 2 + 5.5 + 0.5 ms, of which only
   // delta B = 0.5 ms grows with the batch: e = 0.0625, 1.56 requests' worth < the 5 queued.
-  EXPECT_NEAR(sluice_cost(bound, in).prefill_imposed_ms, 5 * stall, 1e-9);
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, 5 * stall, 1e-9);
   // Long contexts: 25 x 20k tokens read each step, gamma K = 25 ms of a 33 ms step.
   in.kv_read = 25 * 20000;
   const double grows = 0.02 * 25 + 5e-5 * 25 * 20000;
   const double e = grows / (2 + 5.5 + grows);
   EXPECT_NEAR(e, 0.773, 1e-3);
-  EXPECT_NEAR(sluice_cost(bound, in).prefill_imposed_ms, e * 25 * stall, 1e-9);
-  // Off by default: the queued requests and the decoders' lag (33 ms under a 50 ms pace: little).
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, e * 25 * stall, 1e-9);
+  // phi^2: at 0.7 of the pace about half of it; past the pace no more than at it.
+  in.pace_share = 0.7;
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, e * 0.49 * 25 * stall, 1e-9);
+  in.pace_share = 1.4;
+  EXPECT_NEAR(sluice_cost(kSlo, in).prefill_imposed_ms, e * 25 * stall, 1e-9);
+  // A pool far from the pace, or the price off: the queued requests and the decoders' lag (33 ms
+  // under a 50 ms pace: little).
+  in.pace_share = 0;
   const double slo_priced = sluice_cost(kSlo, in).prefill_imposed_ms;
   EXPECT_GT(slo_priced, 5 * stall);
   EXPECT_LT(slo_priced, e * 25 * stall / 3);
+  SluiceParams off = kSlo;
+  off.decode_bound_price = 0;
+  in.pace_share = 1;
+  EXPECT_EQ(sluice_cost(off, in).prefill_imposed_ms, slo_priced);
+}
+
+TEST(SluiceWorkPrice, TheOthersTokensPayTheSlowerStepByTheSameWeight) {
+  // 24 sequences of 20k context with 100 tokens left each, far under the pace (33 ms): the lag
+  // prices joining them at 0.
+  SluiceInputs in;
+  in.input = 2000;
+  in.cached = 2000;
+  in.output = 100;
+  in.capacity_tokens = 1e9;
+  in.decoding = 24;
+  in.kv_read = 24 * 20000;
+  in.remaining = 24 * 100;
+  EXPECT_LT(sluice_cost(kSlo, in).interference_ms, 1e-9);
+  const double B = 24;
+  const double step0 = 2 + 5.5 + 0.02 * B + 5e-5 * in.kv_read;
+  const double with = 2 + 5.5 + 0.02 * (B + 1) + 5e-5 * (in.kv_read + 2000 + 50);
+  const double e = (0.02 * B + 5e-5 * in.kv_read) / step0;
+  for (const double phi : {0.3, 0.8, 1.0}) {
+    in.pace_share = phi;
+    const double w = e * std::min(1.0, phi * phi);
+    // min(R, B O) = 2400 of the others' tokens, each a step slower by what this request adds.
+    EXPECT_NEAR(sluice_cost(kSlo, in).interference_ms, w * 2400 * (with - step0), 1e-6) << phi;
+  }
+  // The bound is min(R, B O): with 10 tokens left each, only 240 of them are slowed.
+  in.remaining = 240;
+  EXPECT_NEAR(sluice_cost(kSlo, in).interference_ms, e * 240 * (with - step0), 1e-6);
+  SluiceParams off = kSlo;
+  off.decode_bound_price = 0;
+  EXPECT_LT(sluice_cost(off, in).interference_ms, 1e-9);
+  // It is in the later turns' price too: followup_ms counts the interference.
+  in.followups = 2;
+  const SluiceCost c = sluice_cost(kSlo, in);
+  EXPECT_GT(c.followup_ms, 2 * c.interference_ms);
 }
 
 TEST(SluiceEviction, BlocksPastTheFreeCacheEvictOthersAtThePoolsReuse) {

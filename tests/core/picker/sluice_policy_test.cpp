@@ -259,13 +259,51 @@ TEST(SluicePolicy, RankRotationIsTheModuloItReplaced) {
 namespace sluice {
 namespace {
 
+// phi, the work price's pace share (sluice_policy.h): the pool's mean batch ITL over the ITL SLO, as
+// the evaluation of the last dispatched request found it. Ranking again (explain_json ranks each
+// request twice) does not move it; the next dispatch does.
+TEST(SluicePolicy, ThePaceShareIsTheLastDispatchedRequestsMeanBatchItlOverTheSlo) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  pool.loads[0].in_flight = 60;
+  pool.loads[0].live_context_tokens = 60 * 6000;
+  auto v = pool.views();
+  const auto req = testing::chat(prompt('a', 4000));
+  std::vector<Candidate> out;
+  std::vector<Explanation> ex;
+  auto pace = [&] {
+    p.explain(req, v, Time{}, ex);
+    for (auto& t : ex[0].terms)
+      if (t.name == "pace_share") return t.value;
+    return -1.0;
+  };
+  EXPECT_EQ(pace(), 0.0) << "nothing dispatched yet";
+  p.rank(req, v, Time{}, out);
+  p.rank(req, v, Time{}, out);
+  EXPECT_EQ(pace(), 0.0) << "ranked, not dispatched";
+  p.on_dispatch(req, 1, Time{});
+  // Endpoint 0: 60 sequences reading 360k KV tokens, 2 + 5.5 + 1.2 + 18 ms; endpoint 1 idle, 7.5 ms.
+  const double phi = ((2 + 5.5 + 0.02 * 60 + 5e-5 * 360000) + (2 + 5.5)) / 2 / 50;
+  EXPECT_NEAR(pace(), phi, 1e-9);
+  pool.loads[1].in_flight = 60;
+  pool.loads[1].live_context_tokens = 60 * 6000;
+  p.rank(req, v, Time{}, out);
+  EXPECT_NEAR(pace(), phi, 1e-9) << "the new load is seen, but the request is not dispatched yet";
+  p.on_dispatch(req, 0, Time{});
+  EXPECT_NEAR(pace(), (2 + 5.5 + 0.02 * 60 + 5e-5 * 360000) / 50, 1e-9);
+}
+
 // The copy credit: endpoint 0 holds a 6,000-token prefix and decodes 60 long sequences; endpoint 1
 // is idle. Alone, the request costs ~29 ms at the holder and ~167 ms cold at endpoint 1, so a single
 // request stays. When the prefix's demand (lambda_p) is high enough that the requests forecast for
 // it (lambda_p x max(its decode time, 2 tau = 4 s)) repay its cold premium, the copy is made (the
 // credit is capped at that premium: a cold copy is never priced below a warm one).
 TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
-  SluicePolicy p({}, PoolKind::chat);
+  // The work price off: at this pool's pace share (0.34) it makes the holder's 60 long decoders dear
+  // on their own; this test is the copy credit's.
+  SluiceParams params;
+  params.decode_bound_price = 0;
+  SluicePolicy p(params, PoolKind::chat);
   FakePool pool(2);
   pool.loads[0].in_flight = 60;
   pool.loads[0].live_context_tokens = 60 * 6000;
