@@ -107,6 +107,13 @@ void run_decisions(benchmark::State& state, P& policy, const PrefixIndex& idx, b
         policy.rank(r, f.views, Time{}, out);
         policy.on_dispatch(r, out[0].endpoint, Time{});
       }
+  // One decision dispatched first, as in a gateway that has been dispatching: the policy's pool-wide
+  // state from its last dispatch (sluice's pace share, the work price's phi) is the fixture's.
+  {
+    auto r = f.req(f.random_text(kPromptChars));
+    policy.rank(r, f.views, Time{}, out);
+    policy.on_dispatch(r, out[0].endpoint, Time{});
+  }
   std::vector<double> us;
   us.reserve(static_cast<size_t>(state.max_iterations));
   size_t i = 0;

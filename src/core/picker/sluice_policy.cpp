@@ -71,22 +71,17 @@ namespace {
   return r;
 }
 
-// The duty's factors, the same for every endpoint of a decision.
+// The pool's factors, the same for every endpoint of a decision: the duty's, and the work price's
+// (header): price x min(1, phi^2), 0 when it is off.
 struct Duty {
   double keep;     // 1 - clamp(rho, 0, 0.9)
   double stretch;  // 1 / keep
-  explicit Duty(double prefill_duty) : keep(1.0 - std::clamp(prefill_duty, 0.0, 0.9)), stretch(1.0 / keep) {}
+  double work;     // decode_bound_price x min(1, phi^2)
+  Duty(const SluiceParams& p, double prefill_duty, double pace_share)
+      : keep(1.0 - std::clamp(prefill_duty, 0.0, 0.9)),
+        stretch(1.0 / keep),
+        work(p.decode_bound_price > 0 && pace_share > 0 ? p.decode_bound_price * std::min(1.0, pace_share * pace_share) : 0.0) {}
 };
-
-// The work price's weight (decode_bound_price, header): w = price x e x min(1, phi^2), e = the share of
-// the step of the batch (B sequences reading K KV tokens) that grows with it, phi = the pool's pace
-// share. 0 when the price is off.
-[[gnu::always_inline]] inline double work_weight(const SluiceParams& p, const SluiceInputs& in, double B) {
-  if (!(p.decode_bound_price > 0) || !(in.pace_share > 0)) return 0.0;
-  const double grows = (p.beta_ms * B > p.w_ms ? p.beta_ms * B : 0.0) + p.delta_ms * B + p.gamma_ms * in.kv_read;
-  const double step = step_base(p, B) + p.gamma_ms * in.kv_read;
-  return p.decode_bound_price * (grows / step) * std::min(1.0, in.pace_share * in.pace_share);
-}
 
 // The time to first token of inputs `in` with U uncached tokens: the steps until the queue ahead
 // (queue_tokens, queue_pairs) and its own uncached prefill are done.
@@ -119,8 +114,21 @@ namespace {
 struct BatchLag {
   SluiceItl itl;
   double lag = -1;
+  double work = -1;  // the work price's weight w (< 0: not yet)
   bool itl_known = false;
 };
+// w = price x min(1, phi^2) x e, e = the share of the step of the batch (B, K) that grows with it
+// (header, the work price). 0 when the price is off or the pool is idle.
+[[gnu::always_inline]] inline double batch_work(const SluiceParams& p, const SluiceInputs& in, const Duty& duty, BatchLag& b) {
+  if (!(duty.work > 0)) return 0.0;
+  if (b.work < 0) {
+    const double B = in.decoding + in.queued;
+    const double grows = (p.beta_ms * B > p.w_ms ? p.beta_ms * B : 0.0) + p.delta_ms * B + p.gamma_ms * in.kv_read;
+    const double step = step_base(p, B) + p.gamma_ms * in.kv_read;
+    b.work = duty.work * (grows / step);
+  }
+  return b.work;
+}
 [[gnu::always_inline]] inline void batch_lag(const SluiceParams& p, const SluiceInputs& in, const Duty& duty, BatchLag& b,
                                              bool with_lag) {
   const double B = in.decoding + in.queued;
@@ -168,7 +176,7 @@ struct PrefillTerms {
       t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, u * u * u * B * stall);
       // Work: as the pool nears the pace, a ms of prefill on a replica near its decode capacity is a
       // ms of every decoder's progress (w x B x stall; header, the work price).
-      t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, work_weight(p, in, B) * B * stall);
+      t.prefill_imposed_ms = std::max(t.prefill_imposed_ms, batch_work(p, in, duty, batch) * B * stall);
     } else {
       t.prefill_imposed_ms = B * stall;
     }
@@ -212,7 +220,7 @@ template <bool kItl>
       // (0 below the SLO's pace) does not see.
       c.interference_ms += in.arrivals_per_ms * O * w.mean_ms * (with - step0);
       // Work: the others' tokens it slows, in plain ms, at the work price's weight (header).
-      c.interference_ms = std::max(c.interference_ms, work_weight(p, in, B) * std::min(in.remaining, B * O) * (with - step0));
+      c.interference_ms = std::max(c.interference_ms, batch_work(p, in, duty, batch) * std::min(in.remaining, B * O) * (with - step0));
     } else if (p.decode_price == 1) {
       // The lag behind the ITL SLO's pace: tokens that stream at least that fast cost nobody.
       const double lag1 = std::max(0.0, with * duty.stretch - p.itl_slo_ms);
@@ -257,18 +265,18 @@ double sluice_excess_probability(double mean, double sd, double limit) {
 }
 
 SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double prefill_duty) {
-  return batch_itl(p, b, k, step_base(p, b), step_base(p, b + 1), Duty(prefill_duty).stretch);
+  return batch_itl(p, b, k, step_base(p, b), step_base(p, b + 1), Duty(SluiceParams{}, prefill_duty, 0).stretch);
 }
 
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
   BatchLag batch;
-  return cost_and_itl<false>(p, in, Duty(in.prefill_duty), nullptr, batch);
+  return cost_and_itl<false>(p, in, Duty(p, in.prefill_duty, in.pace_share), nullptr, batch);
 }
 
 double sluice_itl_ms(const SluiceParams& p, const SluiceInputs& in) {
   double itl = 0.0;
   BatchLag batch;
-  cost_and_itl<true>(p, in, Duty(in.prefill_duty), &itl, batch);
+  cost_and_itl<true>(p, in, Duty(p, in.prefill_duty, in.pace_share), &itl, batch);
   return itl;
 }
 
@@ -361,7 +369,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   const double mean_context = mean_prompt_ + mean_output_ / 2;
   evals_.resize(endpoints.size());
   const double duty = embed ? 0.0 : prefill_duty(endpoints, now);
-  const Duty factors(duty);
+  const Duty factors(p, duty, pace_share_);
   const double pool_arrivals_per_ms = pool_arrivals(endpoints.size());
   // 1 / the mean prompt, once per decision (arrivals_of divided by it for every endpoint).
   const double per_prompt = 1.0 / std::max(1.0, mean_prompt_);
@@ -454,14 +462,14 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
       in.cache_free_tokens = static_cast<double>(std::max<int64_t>(0, ix.capacity(v.index) - static_cast<int64_t>(ix.entries(v.index)))) *
                              block_tokens;
     in.pace_share = pace_share_;
-    // This endpoint's batch ITL over the pace, for the next decision's phi.
-    pace_sum += (step_base(p, in.decoding + in.queued) + p.gamma_ms * in.kv_read) * factors.stretch;
     // sluice_cost and sluice_itl_ms (embeddings: no ITL) in one pass.
     double itl = 0.0;
     BatchLag batch;
     const SluiceCost cost = embed ? cost_and_itl<false>(p, in, factors, nullptr, batch)
                                   : cost_and_itl<true>(p, in, factors, &itl, batch);
     const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= p.itl_slo_ms);
+    // This endpoint's batch ITL (without this request), for phi after the dispatch.
+    pace_sum += batch.itl_known ? batch.itl.mean_ms : (step_base(p, in.decoding + in.queued) + p.gamma_ms * in.kv_read) * factors.stretch;
     e.total = cost.total();
     e.itl = itl;
     e.score = -e.total - (meets_slo ? 0.0 : kMissesSlo);
