@@ -233,6 +233,27 @@ namespace {
 
 // The hot-prefix probe counts the replicas whose KV holds the hot prefix: round robin copies it onto
 // every replica, and the JSON carries the series.
+// The work price (sluice's decode_bound_price, on by default): agent sessions whose contexts grow
+// past 16k tokens, at 8 replicas, near the fleet's decode capacity (32 req/s). Without it the
+// policy's cold copies and crowded batches each looked free below the ITL pace, the extra prefill
+// took the fleet over it together, and most requests missed the SLO (round 18's cliff; seed 3 is
+// one where it tips at this rate).
+TEST(FleetSim, TheWorkPriceKeepsAgentSessionsInTheSloNearCapacity) {
+  FleetConfig c;
+  c.replicas = 8;
+  c.policy = "sluice";
+  c.workload = "agent_sessions,sessions=64";
+  c.arrivals.rate = 32;
+  c.limits.max_requests = 2000;
+  c.seed = 3;
+  const FleetResult on = run_ok(c);
+  c.policy_params["decode_bound_price"] = 0;
+  const FleetResult off = run_ok(c);
+  EXPECT_GT(on.figures.slo_attainment, 0.9);
+  EXPECT_LT(off.figures.slo_attainment, 0.5);
+  EXPECT_GT(on.figures.goodput_rps, 2 * off.figures.goodput_rps);
+}
+
 TEST(FleetSim, HotPrefixHoldersAreReported) {
   FleetConfig c;
   c.replicas = 4;
