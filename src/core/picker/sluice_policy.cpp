@@ -26,6 +26,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.queue_limit = p.get("queue_limit", s.queue_limit);
   s.eviction_price = p.get("eviction_price", s.eviction_price);
   s.decode_bound_price = p.get("decode_bound_price", s.decode_bound_price);
+  s.miss_price = std::max(0.0, p.get("miss_price", s.miss_price));
   s.adapter_load_ms = p.get("adapter_load_ms", s.adapter_load_ms);
   s.adapter_wait_ms = p.get("adapter_wait_ms", s.adapter_wait_ms);
   s.max_output_tokens = std::max(0.0, p.get("max_output_tokens", s.max_output_tokens));
@@ -347,7 +348,8 @@ double SluicePolicy::output_of(const PickRequest& req) const {
   return std::min(o, params_.max_output_tokens);
 }
 
-// An endpoint where the request would miss its SLO scores below every endpoint where it would not.
+// miss_price 0: an endpoint where the request would miss its SLO scores below every endpoint where
+// it would not (the hard tier).
 constexpr double kMissesSlo = 1e12;
 // The copy credit's horizon: the demand for a prefix is forecast 2 tau ahead (header, copy_credit_ms).
 constexpr double kCopyHorizonMs = 2 * PrefixDemand::kTauMs;
@@ -402,6 +404,8 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
   }
   const double followups = sluice_followups(continuation_);
   const double warm_cached = demand > 0 ? static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens)) : 0.0;
+  // A miss's price (header, the SLO): miss_price x the request's latency budget.
+  const double miss = p.miss_price > 0 ? p.miss_price * (p.ttft_slo_ms + output * p.itl_slo_ms) : kMissesSlo;
   double pace_sum = 0;  // the endpoints' batch ITLs (ms), phi's numerator
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
@@ -472,7 +476,7 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     pace_sum += batch.itl_known ? batch.itl.mean_ms : (step_base(p, in.decoding + in.queued) + p.gamma_ms * in.kv_read) * factors.stretch;
     e.total = cost.total();
     e.itl = itl;
-    e.score = -e.total - (meets_slo ? 0.0 : kMissesSlo);
+    e.score = -e.total - (meets_slo ? 0.0 : miss);
     e.premium = -1;
     if (demand > 0) {
       // The copy credit's inputs (only the terms that depend on the cached tokens or the queue

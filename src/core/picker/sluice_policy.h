@@ -176,8 +176,20 @@
 // them dearer than a cold prefill.
 //
 // The SLO (goodput: TTFT <= ttft_slo_ms, ITL <= itl_slo_ms): latency summed over requests is the
-// currency, but a request that misses its SLO is lost whatever it cost, so endpoints where this
-// request would miss it rank after those where it would not (then by cost among each):
+// currency, but a request that misses its SLO is lost whatever it cost, so an endpoint where this
+// request would miss it pays a miss price on top of its cost:
+//   miss_ms = miss_price x (ttft_slo_ms + O x itl_slo_ms), a share of the request's latency budget
+//   (miss_price 0.25; 0: the hard tier, where such endpoints rank after every endpoint where it meets
+//   the SLO, then by cost among each, the default before round 20).
+// The hard tier took a request to any endpoint predicted to meet the SLO however much work that
+// cost: near the pool's capacity, a session's next turn went cold to a replica just under the pace
+// rather than stay warm at one just over it, and the pool went over together (agent sessions at 32
+// replicas, 144 req/s: 3 of 9 seeds still on round 18's cliff with the work price, 0 with the miss
+// price at 0.1-0.5; at 1, 3 seeds half way). With no ITL test at all, KV pressure at its top rates
+// lost 25-75% of its goodput: the endpoints past the pace there are the ones about to preempt.
+// 0.25 was chosen over the 84 hard-suite cells of seeds 2,3,5-9 (losing rates 24 at 0.25, 1 and the
+// hard tier; goodput gmean 1.0043, 0.9992, 1.0013) and held on seeds 10-15 (bench/results/README.md,
+// round 20).
 //   itl_ms = step(B + 1, K + c) / (1 - rho) + (max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2)) / O:
 //            the decode step it joins, stretched by the prefill duty rho = min(0.9, beta x uncached
 //            tokens dispatched per ms per endpoint, from the own accounting (input - predicted cached
@@ -204,7 +216,7 @@
 // chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
-// priced), decode_bound_price 1 (the work price, above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -230,6 +242,7 @@ struct SluiceParams {
   double queue_limit = 64;
   double eviction_price = 1;  // 0: evictions are not priced
   double decode_bound_price = 1;  // the work price's weight (0: off; prefill_imposed_ms, interference_ms above)
+  double miss_price = 0.25;       // a miss's price, a share of the request's SLO budget (0: the hard tier; the SLO above)
   double adapter_load_ms = 30, adapter_wait_ms = 200;
   double max_output_tokens = 2048;
   double default_output_tokens = 256;

@@ -464,10 +464,12 @@ TEST(SluiceSlo, MissingTheSloRanksLastWhateverTheCost) {
   EXPECT_GT(c.ttft_ms, 1000);
   EXPECT_FALSE(sluice_meets_slo(kP, in, c));
 
-  // In the policy: an endpoint holding the prefix whose batch is past the ITL SLO loses to a cold
-  // one where the request meets it, although its cost (no prefill) is lower in plain ms (SLO-priced,
-  // the lag past the pace makes it dearer anyway).
-  SluicePolicy p(kPlain, PoolKind::chat);
+  // In the policy, with the hard tier (miss_price 0): an endpoint holding the prefix whose batch is
+  // past the ITL SLO loses to a cold one where the request meets it, although its cost (no prefill)
+  // is lower in plain ms.
+  SluiceParams hard = kPlain;
+  hard.miss_price = 0;
+  SluicePolicy p(hard, PoolKind::chat);
   FakePool pool(2);
   p.on_endpoints_reset(2);
   const std::string t(8000, 'w');
@@ -489,6 +491,48 @@ TEST(SluiceSlo, MissingTheSloRanksLastWhateverTheCost) {
   ASSERT_EQ(t1["meets_slo"], 0);
   ASSERT_EQ(t0["meets_slo"], 1);
   EXPECT_EQ(testing::rank(p, pool, req)[0].endpoint, 0u);
+}
+
+// The default (miss_price 0.25): a miss costs a quarter of the request's latency budget,
+// ttft_slo_ms + O x itl_slo_ms, on top of the endpoint's cost; the cheaper endpoint where it misses
+// wins only when its cost is lower by more than that.
+TEST(SluiceSlo, AMissCostsAQuarterOfTheRequestsSloBudget) {
+  EXPECT_EQ(SluiceParams{}.miss_price, 0.25);
+  for (const double budget_share : {0.25, 0.01}) {
+    SluiceParams params = kPlain;
+    params.miss_price = budget_share;
+    SluicePolicy p(params, PoolKind::chat);
+    FakePool pool(2);
+    p.on_endpoints_reset(2);
+    const std::string t(8000, 'w');
+    auto req = testing::chat(t, -1, 100);  // O = 100: the budget is 1000 + 100 x 50 ms
+    p.on_dispatch(req, 1, Time{});
+    pool.loads[1].in_flight = 100;
+    pool.loads[1].live_context_tokens = 100 * 9000;
+    pool.loads[1].decode_tokens = 100 * 20;
+    pool.loads[0].in_flight = 60;
+    pool.loads[0].live_context_tokens = 60 * 9000;
+    pool.loads[0].decode_tokens = 60 * 20;
+    std::vector<Explanation> ex;
+    auto v = pool.views();
+    p.explain(req, v, Time{}, ex);
+    std::map<std::string_view, double> t0, t1;
+    for (auto& x : ex[0].terms) t0[x.name] = x.value;
+    for (auto& x : ex[1].terms) t1[x.name] = x.value;
+    ASSERT_EQ(t1["meets_slo"], 0);
+    ASSERT_EQ(t0["meets_slo"], 1);
+    const double miss = budget_share * (1000 + 100 * 50);
+    const auto ranked = testing::rank(p, pool, req);
+    ASSERT_EQ(ranked.size(), 2u);
+    for (const Candidate& c : ranked)
+      EXPECT_NEAR(c.score, c.endpoint == 1 ? -t1["cost_ms"] - miss : -t0["cost_ms"], 1e-6) << budget_share;
+    // Endpoint 1 (warm, past the pace) is cheaper by less than a quarter of the budget, by more
+    // than a hundredth.
+    const double advantage = t0["cost_ms"] - t1["cost_ms"];
+    ASSERT_GT(advantage, 0.01 * 6000);
+    ASSERT_LT(advantage, 0.25 * 6000);
+    EXPECT_EQ(ranked[0].endpoint, budget_share == 0.25 ? 0u : 1u) << budget_share;
+  }
 }
 
 }  // namespace
