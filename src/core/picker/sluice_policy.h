@@ -92,7 +92,7 @@
 //             20.8% against cache_aware's 14.6%, goodput 52 against 101). Both terms together: the
 //             stall's alone held fan-out bursts on their holders (their tail 4% later at 480 req/s);
 //             e without phi, or phi to the first power, priced work at light load and raised the
-//             TTFT p90 of agent sessions at 64 req/s to 1.07-1.14x cache_aware's; phi^3 left 5 of 9
+//             TTFT p90 of agent sessions at 48-64 req/s to 1.06-1.67x cache_aware's; phi^3 left 5 of 9
 //             seeds on the cliff against phi^2's 3 (bench/results/README.md, round 20).
 //   decode_price 0 (plain ms, the default before): decode_ms = O x step(B + 1, K + c),
 //             interference_ms = min(R, B O) x (step(B + 1, K + c) - step(B, K)),
