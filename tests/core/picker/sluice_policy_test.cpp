@@ -131,7 +131,8 @@ TEST(SluicePolicy, SaturatedRankLastAndPredictionReported) {
 TEST(SluicePolicy, PrefillDutyIsThePoolMean) {
   SluicePolicy p({}, PoolKind::chat);
   FakePool pool(2);
-  auto req = testing::chat(prompt('d', 400));
+  const std::string text = prompt('d', 400);  // the request's text is a view of it
+  auto req = testing::chat(text);
   auto v = pool.views();
   std::vector<Explanation> ex;
   p.explain(req, v, Time{}, ex);  // first sample: the rate starts at 0
@@ -213,7 +214,8 @@ TEST(OraclePolicy, UsesTheCallbackNotTheIndex) {
   OraclePolicy p([](size_t endpoint, const PickRequest& r) -> int64_t { return endpoint == 2 ? r.input_tokens : 0; });
   EXPECT_EQ(p.name(), "oracle");
   FakePool pool(3);
-  auto req = testing::chat(prompt('o', 8000));
+  const std::string text = prompt('o', 8000);  // the request's text is a view of it
+  auto req = testing::chat(text);
   auto out = testing::rank(p, pool, req);
   EXPECT_EQ(out[0].endpoint, 2u);
   EXPECT_EQ(out[0].predicted_cached_tokens, 2000);
@@ -268,7 +270,8 @@ TEST(SluicePolicy, ThePaceShareIsTheLastDispatchedRequestsMeanBatchItlOverTheSlo
   pool.loads[0].in_flight = 60;
   pool.loads[0].live_context_tokens = 60 * 6000;
   auto v = pool.views();
-  const auto req = testing::chat(prompt('a', 4000));
+  const std::string text = prompt('a', 4000);  // the request's text is a view of it
+  const auto req = testing::chat(text);
   std::vector<Candidate> out;
   std::vector<Explanation> ex;
   auto pace = [&] {
