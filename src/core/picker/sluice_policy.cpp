@@ -266,7 +266,7 @@ double sluice_excess_probability(double mean, double sd, double limit) {
 }
 
 SluiceItl sluice_batch_itl(const SluiceParams& p, double b, double k, double prefill_duty) {
-  return batch_itl(p, b, k, step_base(p, b), step_base(p, b + 1), Duty(SluiceParams{}, prefill_duty, 0).stretch);
+  return batch_itl(p, b, k, step_base(p, b), step_base(p, b + 1), Duty(p, prefill_duty, 0).stretch);
 }
 
 SluiceCost sluice_cost(const SluiceParams& p, const SluiceInputs& in) {
@@ -472,8 +472,12 @@ void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView
     const SluiceCost cost = embed ? cost_and_itl<false>(p, in, factors, nullptr, batch)
                                   : cost_and_itl<true>(p, in, factors, &itl, batch);
     const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= p.itl_slo_ms);
-    // This endpoint's batch ITL (without this request), for phi after the dispatch.
-    pace_sum += batch.itl_known ? batch.itl.mean_ms : (step_base(p, in.decoding + in.queued) + p.gamma_ms * in.kv_read) * factors.stretch;
+    // This endpoint's batch ITL (without this request), for phi after the dispatch (the decode
+    // terms have computed it already unless the request has no output).
+    if (!embed) {
+      batch_lag(p, in, factors, batch, false);
+      pace_sum += batch.itl.mean_ms;
+    }
     e.total = cost.total();
     e.itl = itl;
     e.score = -e.total - (meets_slo ? 0.0 : miss);
