@@ -443,6 +443,32 @@ TEST(SluiceSlo, ItlIsTheStepItJoinsStretchedByPrefillDutyPlusItsOwnPrefill) {
   EXPECT_NEAR(sluice_itl_ms(kP, in), step + (0.022 * 2050 - 5.5 + 1.5e-6 * 2000 * 1000) / 100, 1e-9);
 }
 
+// Two endpoints: the request's 2,000-token prefix is cached at endpoint 1, whose batch (100
+// sequences of 9k context) is past the ITL SLO; endpoint 0 (60 of them) is cold and under it.
+// terms[i]: the policy's explanation of endpoint i.
+struct WarmPastThePace {
+  SluicePolicy p;
+  FakePool pool{2};
+  std::string text = std::string(8000, 'w');  // req's text is a view of it
+  PickRequest req = testing::chat(text, -1, 100);
+  std::map<std::string_view, double> terms[2];  // names are static strings
+  explicit WarmPastThePace(const SluiceParams& params) : p(params, PoolKind::chat) {
+    p.on_endpoints_reset(2);
+    p.on_dispatch(req, 1, Time{});
+    pool.loads[1].in_flight = 100;
+    pool.loads[1].live_context_tokens = 100 * 9000;
+    pool.loads[1].decode_tokens = 100 * 20;
+    pool.loads[0].in_flight = 60;
+    pool.loads[0].live_context_tokens = 60 * 9000;
+    pool.loads[0].decode_tokens = 60 * 20;
+    std::vector<Explanation> ex;
+    auto v = pool.views();
+    p.explain(req, v, Time{}, ex);
+    for (size_t i = 0; i < 2; ++i)
+      for (auto& x : ex[i].terms) terms[i][x.name] = x.value;
+  }
+};
+
 TEST(SluiceSlo, MissingTheSloRanksLastWhateverTheCost) {
   SluiceInputs in;
   in.input = 1000;
@@ -469,28 +495,11 @@ TEST(SluiceSlo, MissingTheSloRanksLastWhateverTheCost) {
   // is lower in plain ms.
   SluiceParams hard = kPlain;
   hard.miss_price = 0;
-  SluicePolicy p(hard, PoolKind::chat);
-  FakePool pool(2);
-  p.on_endpoints_reset(2);
-  const std::string t(8000, 'w');
-  auto req = testing::chat(t, -1, 100);
-  p.on_dispatch(req, 1, Time{});
-  pool.loads[1].in_flight = 100;
-  pool.loads[1].live_context_tokens = 100 * 9000;
-  pool.loads[1].decode_tokens = 100 * 20;
-  pool.loads[0].in_flight = 60;
-  pool.loads[0].live_context_tokens = 60 * 9000;
-  pool.loads[0].decode_tokens = 60 * 20;
-  std::vector<Explanation> ex;
-  auto v = pool.views();
-  p.explain(req, v, Time{}, ex);
-  std::map<std::string_view, double> t0, t1;
-  for (auto& x : ex[0].terms) t0[x.name] = x.value;
-  for (auto& x : ex[1].terms) t1[x.name] = x.value;
-  ASSERT_LT(t1["cost_ms"], t0["cost_ms"]);
-  ASSERT_EQ(t1["meets_slo"], 0);
-  ASSERT_EQ(t0["meets_slo"], 1);
-  EXPECT_EQ(testing::rank(p, pool, req)[0].endpoint, 0u);
+  WarmPastThePace w(hard);
+  ASSERT_LT(w.terms[1]["cost_ms"], w.terms[0]["cost_ms"]);
+  ASSERT_EQ(w.terms[1]["meets_slo"], 0);
+  ASSERT_EQ(w.terms[0]["meets_slo"], 1);
+  EXPECT_EQ(testing::rank(w.p, w.pool, w.req)[0].endpoint, 0u);
 }
 
 // The default (miss_price 0.25): a miss costs a quarter of the request's latency budget,
@@ -501,28 +510,13 @@ TEST(SluiceSlo, AMissCostsAQuarterOfTheRequestsSloBudget) {
   for (const double budget_share : {0.25, 0.01}) {
     SluiceParams params = kPlain;
     params.miss_price = budget_share;
-    SluicePolicy p(params, PoolKind::chat);
-    FakePool pool(2);
-    p.on_endpoints_reset(2);
-    const std::string t(8000, 'w');
-    auto req = testing::chat(t, -1, 100);  // O = 100: the budget is 1000 + 100 x 50 ms
-    p.on_dispatch(req, 1, Time{});
-    pool.loads[1].in_flight = 100;
-    pool.loads[1].live_context_tokens = 100 * 9000;
-    pool.loads[1].decode_tokens = 100 * 20;
-    pool.loads[0].in_flight = 60;
-    pool.loads[0].live_context_tokens = 60 * 9000;
-    pool.loads[0].decode_tokens = 60 * 20;
-    std::vector<Explanation> ex;
-    auto v = pool.views();
-    p.explain(req, v, Time{}, ex);
-    std::map<std::string_view, double> t0, t1;
-    for (auto& x : ex[0].terms) t0[x.name] = x.value;
-    for (auto& x : ex[1].terms) t1[x.name] = x.value;
+    WarmPastThePace w(params);  // O = 100: the budget is 1000 + 100 x 50 ms
+    auto& t0 = w.terms[0];
+    auto& t1 = w.terms[1];
     ASSERT_EQ(t1["meets_slo"], 0);
     ASSERT_EQ(t0["meets_slo"], 1);
     const double miss = budget_share * (1000 + 100 * 50);
-    const auto ranked = testing::rank(p, pool, req);
+    const auto ranked = testing::rank(w.p, w.pool, w.req);
     ASSERT_EQ(ranked.size(), 2u);
     for (const Candidate& c : ranked)
       EXPECT_NEAR(c.score, c.endpoint == 1 ? -t1["cost_ms"] - miss : -t0["cost_ms"], 1e-6) << budget_share;
