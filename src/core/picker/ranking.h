@@ -56,28 +56,47 @@ inline uint64_t descending_score_key(double score) {
 // endpoints std::sort on the three-way comparison cost ~1.5 us of a ~6 us decision, its branches
 // mispredicting on scores in random order; this sort ~0.7 us (sluice_microbench
 // PickerSluiceDecision64x16kHit, pinned to one core).
-inline void sort_rank_keys(std::vector<RankKey>& keys) {
+//
+// Use: reset(n), add() each of the n candidates, then sort(): the positions given to add(), best
+// first. A policy that builds its keys here reads the order straight off the items, without a
+// RankKey array in between (SluicePolicy::rank).
+class RankOrder {
+ public:
   struct Item {
     unsigned __int128 key;
     uint32_t pos;
   };
-  thread_local std::vector<Item> items;
-  thread_local std::vector<RankKey> sorted;
-  // Unsaturated from the front, saturated from the back (their order is restored by the sort).
-  items.resize(keys.size());
-  size_t unsaturated = 0, saturated = keys.size();
-  for (uint32_t i = 0; i < keys.size(); ++i) {
-    const RankKey& k = keys[i];
-    const Item item{(static_cast<unsigned __int128>(descending_score_key(k.score)) << 64) | k.tie, i};
-    if (k.tie >> 63) items[--saturated] = item;
-    else items[unsaturated++] = item;
+  void reset(size_t n) {
+    items_.resize(n);
+    unsaturated_ = 0;
+    saturated_ = n;
   }
-  const auto less = [](const Item& a, const Item& b) { return a.key < b.key; };
-  const auto mid = items.begin() + static_cast<std::ptrdiff_t>(unsaturated);
-  boost::sort::pdqsort_branchless(items.begin(), mid, less);
-  boost::sort::pdqsort_branchless(mid, items.end(), less);
-  sorted.resize(keys.size());
-  for (size_t i = 0; i < items.size(); ++i) sorted[i] = keys[items[i].pos];
+  // Unsaturated from the front, saturated from the back (their order is restored by the sort).
+  void add(double score, uint64_t tie, uint32_t pos) {
+    const Item item{(static_cast<unsigned __int128>(descending_score_key(score)) << 64) | tie, pos};
+    if (tie >> 63) items_[--saturated_] = item;
+    else items_[unsaturated_++] = item;
+  }
+  std::span<const Item> sort() {
+    const auto less = [](const Item& a, const Item& b) { return a.key < b.key; };
+    const auto mid = items_.begin() + static_cast<std::ptrdiff_t>(unsaturated_);
+    boost::sort::pdqsort_branchless(items_.begin(), mid, less);
+    boost::sort::pdqsort_branchless(mid, items_.end(), less);
+    return items_;
+  }
+
+ private:
+  std::vector<Item> items_;
+  size_t unsaturated_ = 0, saturated_ = 0;
+};
+
+inline void sort_rank_keys(std::vector<RankKey>& keys) {
+  thread_local RankOrder order;
+  thread_local std::vector<RankKey> sorted;
+  order.reset(keys.size());
+  for (uint32_t i = 0; i < keys.size(); ++i) order.add(keys[i].score, keys[i].tie, i);
+  sorted.clear();
+  for (const RankOrder::Item& item : order.sort()) sorted.push_back(keys[item.pos]);
   keys.swap(sorted);
 }
 

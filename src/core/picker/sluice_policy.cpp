@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/cpu_clones.h"
 #include "core/picker/ranking.h"
 #include "core/picker/scorers/adapter_locality.h"
 #include "core/picker/scorers/load_estimate.h"
@@ -357,7 +358,7 @@ constexpr double kCopyHorizonMs = 2 * PrefixDemand::kTauMs;
 // kFull: every field of evals_ (explain()); otherwise only what rank() reads (cached, saturated,
 // score), the inputs and cost terms staying local.
 template <bool kFull>
-void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now) {
+SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<const EndpointView> endpoints, Time now) {
   const SluiceParams& p = params_;
   const bool embed = embedding(req);
   const bool oracle = static_cast<bool>(oracle_);
@@ -539,20 +540,17 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
                         std::vector<Candidate>& out) {
   evaluate<false>(req, endpoints, now);
   // sort_candidates' order (saturated last), its keys built straight from the evaluations.
-  thread_local std::vector<RankKey> keys;
-  keys.resize(endpoints.size());
+  thread_local RankOrder order;
+  order.reset(endpoints.size());
   const RankRotation rotation(cursor_, pool_size_of(endpoints));
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const Eval& e = evals_[i];
-    keys[i] = {e.score, rank_tie(e.saturated, endpoints[i], rotation),
-               static_cast<uint32_t>(i)};
+    order.add(e.score, rank_tie(e.saturated, endpoints[i], rotation), static_cast<uint32_t>(i));
   }
-  sort_rank_keys(keys);
-  out.resize(keys.size());
-  for (size_t j = 0; j < keys.size(); ++j) {
-    const RankKey& k = keys[j];
-    const Eval& e = evals_[k.pos];
-    out[j] = {endpoints[k.pos].index, k.score, e.cached, e.saturated};
+  out.clear();
+  for (const RankOrder::Item& item : order.sort()) {
+    const Eval& e = evals_[item.pos];
+    out.push_back({endpoints[item.pos].index, e.score, e.cached, e.saturated});
   }
 }
 

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <string>
 
+#include "core/cpu_clones.h"
+
 namespace sluice {
 
 PrefixIndex::PrefixIndex(size_t endpoints, int64_t default_capacity_blocks)
@@ -318,7 +320,7 @@ void PrefixIndex::match(std::span<const uint64_t> blocks, std::span<uint32_t> ma
   }
 }
 
-[[gnu::flatten]] uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
+SLUICE_CPU_CLONES [[gnu::flatten]] uint64_t PrefixIndex::match_text(std::string_view text, size_t block_chars, uint64_t seed, size_t max_blocks,
                                  std::span<uint32_t> matched) const {
   const size_t ne = std::min(matched.size(), lrus_.size());
   if (ne > 64 || block_chars == 0) {
