@@ -470,9 +470,15 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     // sluice_cost and sluice_itl_ms (embeddings: no ITL) in one pass.
     double itl = 0.0;
     BatchLag batch;
-    const SluiceCost cost = embed ? cost_and_itl<false>(p, in, factors, nullptr, batch)
-                                  : cost_and_itl<true>(p, in, factors, &itl, batch);
+    SluiceCost cost = embed ? cost_and_itl<false>(p, in, factors, nullptr, batch)
+                            : cost_and_itl<true>(p, in, factors, &itl, batch);
     const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= p.itl_slo_ms);
+    // Where it misses, the miss price stands for the request: its own decode lag, and its later
+    // turns' (which follow it here), are not charged on top (header, the SLO).
+    if (!meets_slo && p.miss_price > 0 && p.decode_price >= 1) [[unlikely]] {
+      cost.followup_ms = std::max(0.0, cost.followup_ms - in.followups * cost.decode_ms);
+      cost.decode_ms = 0;
+    }
     // This endpoint's batch ITL (without this request), for phi after the dispatch (the decode
     // terms have computed it already unless the request has no output).
     if (!embed) {

@@ -190,6 +190,14 @@
 // 0.25 was chosen over the 84 hard-suite cells of seeds 2,3,5-9 (losing rates 24 at 0.25, 1 and the
 // hard tier; goodput gmean 1.0043, 0.9992, 1.0013) and held on seeds 10-15 (bench/results/README.md,
 // round 20).
+// Where it misses, the miss price stands for the request's own lateness: its decode_ms (the lag of
+// its own tokens behind the pace) is 0, and followup_ms drops its later turns' decode lag (they
+// follow it here; decode priced by its lag, decode_price >= 1, with miss_price > 0). The lag it adds
+// to the others (interference_ms) and its TTFT, which is also the queue it joins, stay charged. When
+// every endpoint misses (the pool past its pace), the request's own stream no longer steered it to
+// the smallest batch at the price of a cold copy; warm endpoints that slow the others less win
+// (agent sessions at 32 replicas, 160 req/s: goodput 51-64 -> 60-71 on seeds 1-9; the hard suite's
+// seeds 2,3,5-9: 24 -> 23 losing rates; bench/results/README.md, round 21).
 //   itl_ms = step(B + 1, K + c) / (1 - rho) + (max(W, beta (U + D)) - max(W, beta D) + eps U (C + U / 2)) / O:
 //            the decode step it joins, stretched by the prefill duty rho = min(0.9, beta x uncached
 //            tokens dispatched per ms per endpoint, from the own accounting (input - predicted cached

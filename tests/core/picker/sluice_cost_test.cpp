@@ -529,6 +529,25 @@ TEST(SluiceSlo, AMissCostsAQuarterOfTheRequestsSloBudget) {
   }
 }
 
+// Where the request misses its SLO, the miss price stands for it: its own decode lag (O x the lag
+// of the batch it would join) is not charged on top; the lag it adds to the others still is. Where
+// it meets the SLO nothing changes.
+TEST(SluiceSlo, WhereTheRequestMissesItsOwnDecodeLagIsNotChargedOnTopOfTheMiss) {
+  SluiceParams hard;  // lag-priced (decode_price 2), every term charged (the hard tier)
+  hard.miss_price = 0;
+  WarmPastThePace all(hard), priced(SluiceParams{});
+  auto& a1 = all.terms[1];
+  auto& p1 = priced.terms[1];
+  ASSERT_EQ(p1["meets_slo"], 0);
+  ASSERT_EQ(priced.terms[0]["meets_slo"], 1);
+  ASSERT_GT(a1["decode_ms"], 100);  // endpoint 1's batch is past the pace: 100 tokens behind it
+  EXPECT_EQ(p1["decode_ms"], 0);
+  EXPECT_EQ(p1["interference_ms"], a1["interference_ms"]);
+  EXPECT_EQ(p1["ttft_ms"], a1["ttft_ms"]);
+  EXPECT_NEAR(p1["cost_ms"], a1["cost_ms"] - a1["decode_ms"], 1e-6);
+  for (const char* term : {"decode_ms", "cost_ms"}) EXPECT_EQ(priced.terms[0][term], all.terms[0][term]) << term;
+}
+
 }  // namespace
 }  // namespace sluice
 
