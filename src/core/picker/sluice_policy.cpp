@@ -486,7 +486,6 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       pace_sum += batch.itl.mean_ms;
     }
     e.total = cost.total();
-    e.itl = itl;
     e.score = -e.total - (meets_slo ? 0.0 : miss);
     e.premium = -1;
     if (demand > 0) {
@@ -527,8 +526,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       Eval& e = evals_[i];
       if (e.premium <= 0 || !std::isfinite(best_holder)) continue;
       const double saving = std::max(0.0, best_holder - e.steady);
-      // lambda_p x the time this request holds the copy, or the demand's horizon, 2 tau (header).
-      const double users = demand * std::max(output * e.itl, kCopyHorizonMs);
+      // lambda_p x the demand's horizon, 2 tau (header).
+      const double users = demand * kCopyHorizonMs;
       // Only the part of the copy the prefix cache has free room for: what must evict displaces
       // prefixes whose own demand is not known here (the eviction term prices the current request's).
       const double fit = std::clamp(e.free / std::max(1.0, e.copy_tokens), 0.0, 1.0);

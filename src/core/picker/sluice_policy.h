@@ -144,20 +144,26 @@
 //             meeting); the batch (B, with the queued requests that will join it) and its KV read
 //             are what persist:
 //               copy_credit_ms = fit x min(premium, users x saving / (h + 1)),
-//               users = lambda_p x max(O x itl_ms, 2 tau),  fit = min(1, F / (C_d - C + O))
+//               users = lambda_p x 2 tau,  fit = min(1, F / (C_d - C + O))
 //             (C_d: the d blocks' tokens; tau = PrefixDemand's 2 s)
 //             fit: only the part of the copy the endpoint's prefix cache has free room for earns
 //             credit; what must evict displaces prefixes whose own demand is not known here (under
 //             KV pressure copying popular prefixes filled the KV: kv_pressure, round 7).
-//             users: the requests for the prefix that the copy will serve. lambda_p x O x itl_ms
-//             arrive while this request decodes there (holding the copy in the KV); the copy stays
-//             cached after it (fit counts only free room), and the demand is forecast as far ahead
-//             as its estimate looks back: 2 tau (a count decayed with time constant tau has the
-//             variance of a plain count over 2 tau). Counting only the requests during this one's
+//             users: the requests for the prefix that the copy will serve, forecast as far ahead
+//             as the demand's estimate looks back: 2 tau (a count decayed with time constant tau
+//             has the variance of a plain count over 2 tau); the copy stays cached after this
+//             request (fit counts only free room). Counting only the requests during this one's
 //             decode (tool agents' short outputs: a 0.5 s horizon), a 15k-token prefix asked for
 //             13 times a second stayed on one replica at TTFT p50 30 ms against 18 ms elsewhere,
 //             a copy's 490 ms premium never repaid (round 17: 35 -> 28 losing rates of 313 with
-//             2 tau; 1, 3, 5 and 30 tau gave 32, 30, 27 and 50). Spread over h + 1 holders instead of h, each saves about
+//             2 tau; 1, 3, 5 and 30 tau gave 32, 30, 27 and 50). Forecasting over the longer of
+//             2 tau and this request's decode (O x itl_ms, rounds 17-20) reached 9x past what the
+//             estimate saw with long outputs, and the holders' load gap that prices the saving
+//             does not last that long either: llm-d's 1,000-token outputs decode ~35 s, a
+//             5-prompt group at 64 replicas counted ~56 users, a 30 ms saving bought a cold
+//             6,000-token copy, the hit rate fell to 0.89 (0.93 with 2 tau) and the TTFT p90 rose
+//             to 1.09-1.91x the best other policy's (0.83-1.08x with 2 tau; bench/results/README.md,
+//             round 21). Spread over h + 1 holders instead of h, each saves about
 //             saving / (h + 1) (a holder's batch shrinks by 1 / (h + 1); saving is the gap between a
 //             loaded holder and an endpoint without that load). The cap: the credit refunds at most
 //             the cold prefill's premium. 0 for holders, for a prefix no one holds, and before a prefix is asked
@@ -357,7 +363,6 @@ class SluicePolicy : public Policy {
     double itl_ms = 0;
     double score = 0;  // -cost.total(), less kMissesSlo when it misses the SLO (the candidate's score)
     double total = 0;  // cost.total() before the copy credit
-    double itl = 0;    // itl_ms
     // The copy credit's: the cold copy's premium (-1: a holder, or no demand) and the steady cost.
     double premium = -1, steady = 0;
     double free = 0, copy_tokens = 0;  // F, and the tokens the copy allocates (C_d - C + O)

@@ -299,8 +299,8 @@ TEST(SluicePolicy, ThePaceShareIsTheLastDispatchedRequestsMeanBatchItlOverTheSlo
 // The copy credit: endpoint 0 holds a 6,000-token prefix and decodes 60 long sequences; endpoint 1
 // is idle. Alone, the request costs ~29 ms at the holder and ~167 ms cold at endpoint 1, so a single
 // request stays. When the prefix's demand (lambda_p) is high enough that the requests forecast for
-// it (lambda_p x max(its decode time, 2 tau = 4 s)) repay its cold premium, the copy is made (the
-// credit is capped at that premium: a cold copy is never priced below a warm one).
+// it (lambda_p x 2 tau = 4 s, however long the request decodes) repay its cold premium, the copy is
+// made (the credit is capped at that premium: a cold copy is never priced below a warm one).
 TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   // The work price off: at this pool's pace share (0.34) it makes the holder's 60 long decoders dear
   // on their own; this test is the copy credit's.
@@ -337,6 +337,15 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   EXPECT_NEAR(term(1, "copy_users"), 4.0, 1e-9);
   EXPECT_LT(term(1, "itl_ms") * 256, 4000.0);  // its decode is shorter than the horizon
   EXPECT_EQ(term(0, "copy_users"), 0.0);
+  {
+    // A 2,000-token output, whose decode outlasts the horizon, is forecast the same users: the
+    // demand is not extrapolated past what its estimate saw.
+    const auto long_req = testing::chat(text, -1, 2000);
+    p.explain(long_req, v, Time{}, ex);
+    EXPECT_GT(term(1, "itl_ms") * 2000, 4000.0);
+    EXPECT_NEAR(term(1, "copy_users"), 4.0, 1e-9);
+    p.explain(req, v, Time{}, ex);
+  }
   const double some = term(1, "copy_credit_ms");
   EXPECT_GT(some, 0.0);
   p.rank(req, v, Time{}, out);
