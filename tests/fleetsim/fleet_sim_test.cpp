@@ -231,8 +231,6 @@ TEST(FleetSim, FairSharesKeepSlotsForLightTenants) {
 namespace sluice::fleetsim {
 namespace {
 
-// The hot-prefix probe counts the replicas whose KV holds the hot prefix: round robin copies it onto
-// every replica, and the JSON carries the series.
 // The work price (sluice's decode_bound_price, on by default): agent sessions whose contexts grow
 // past 16k tokens, at 8 replicas, near the fleet's decode capacity (32 req/s). Without it the
 // policy's cold copies and crowded batches each looked free below the ITL pace, the extra prefill
@@ -254,6 +252,8 @@ TEST(FleetSim, TheWorkPriceKeepsAgentSessionsInTheSloNearCapacity) {
   EXPECT_GT(on.figures.goodput_rps, 2 * off.figures.goodput_rps);
 }
 
+// The hot-prefix probe counts the replicas whose KV holds the hot prefix: round robin copies it onto
+// every replica, and the JSON carries the series.
 TEST(FleetSim, HotPrefixHoldersAreReported) {
   FleetConfig c;
   c.replicas = 4;

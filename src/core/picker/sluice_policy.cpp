@@ -518,7 +518,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     next_pace_share_ = pace_sum / static_cast<double>(endpoints.size()) / p.itl_slo_ms;
   if (demand > 0) {
     // The copy credit (see the header): a cold copy's premium, repaid by the requests for this
-    // prefix that will share the copy while this request holds it.
+    // prefix forecast over the demand's horizon, which will share the copy.
     double best_holder = std::numeric_limits<double>::infinity();
     for (const Eval& e : evals_)
       if (e.premium < 0) best_holder = std::min(best_holder, e.steady);
