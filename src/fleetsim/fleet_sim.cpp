@@ -311,6 +311,11 @@ class Simulation {
       record(f, 503);
       return;
     }
+    if (shed_advised(ranked, 0)) {  // refused as the gateway does (429 over_slo; no priorities here)
+      if (dispatcher_) dispatcher_->on_finished(id, now_);
+      record(f, 429);
+      return;
+    }
     const auto& chosen = ranked.front();
     // The source of the prediction (events, recent dispatches, learned): the one whose prompt-token
     // counter the dispatch advanced.

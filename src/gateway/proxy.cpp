@@ -278,6 +278,14 @@ asio::awaitable<bool> RequestLife::run() {
     co_return co_await reject(api_error(503, fmt::format("No healthy endpoint serves `{}` right now.", model_->model),
                                         "server_error", {}, "no_endpoint"), Reason::no_endpoint, retry);
   }
+  // The picker found every endpoint too loaded to serve it within the SLO (policy.h, shed_advised).
+  if (shed_advised(candidates, admitted.priority)) {
+    thread_local AdmissionRng rng{std::random_device{}()};
+    const Denial d = over_slo_denial(std::chrono::seconds(1), rng);
+    ResponseHeaders h;
+    for (auto& [k, v] : d.headers()) h.emplace_back(std::string(k), std::move(v));
+    co_return co_await reject(d.error, Reason::over_slo, h);
+  }
 
   // ---- previous_response_id: the state lives on the engine that stored it; only there ----
   if (!model_->previous_response_id.empty()) {

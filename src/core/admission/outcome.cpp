@@ -15,6 +15,7 @@ std::string_view to_string(RejectReason r) {
     case RejectReason::queue_timeout: return "queue_timeout";
     case RejectReason::shed: return "shed";
     case RejectReason::unauthorized: return "unauthorized";
+    case RejectReason::over_slo: return "over_slo";
   }
   return "unknown";
 }
@@ -103,6 +104,13 @@ Denial shed_denial(Duration retry_base, AdmissionRng& rng, const JitterPolicy& j
   return queue_denial(RejectReason::shed, 429, "requests", "shed",
                       "The pool is saturated and this request's priority is sheddable.", retry_base,
                       rng, jitter);
+}
+
+Denial over_slo_denial(Duration retry_base, AdmissionRng& rng, const JitterPolicy& jitter) {
+  return queue_denial(RejectReason::over_slo, 429, "requests", "over_slo",
+                      "Every endpoint of the model's pool is too loaded to serve this request within its "
+                      "latency SLO; it was refused rather than served late.",
+                      retry_base, rng, jitter);
 }
 
 Denial queue_timeout_denial(Duration waited, Duration retry_base, AdmissionRng& rng,

@@ -9,6 +9,7 @@
  *   rate_limit     429     tokens|requests / rate_limit_exceeded         after the bucket refill time
  *   queue_full     429     requests / queue_full                         after a jittered base
  *   shed           429     requests / shed                               after a jittered base
+ *   over_slo       429     requests / over_slo                           after a jittered base
  *   queue_timeout  503     server_error / queue_timeout                  after a jittered base
  *
  * Retry-After is always jittered (a fleet told to come back at the same instant oscillates):
@@ -35,8 +36,10 @@
 
 namespace sluice {
 
-enum class RejectReason : uint8_t { rate_limit, too_large, queue_full, queue_timeout, shed, unauthorized };
-inline constexpr size_t kRejectReasonCount = 6;
+// over_slo: the picker found every endpoint too loaded to serve the request within its latency SLO
+// (Candidate::shed, core/picker/policy.h); refused rather than served late.
+enum class RejectReason : uint8_t { rate_limit, too_large, queue_full, queue_timeout, shed, unauthorized, over_slo };
+inline constexpr size_t kRejectReasonCount = 7;
 std::string_view to_string(RejectReason r);
 
 using AdmissionRng = std::mt19937_64;
@@ -69,6 +72,7 @@ Denial unauthorized_denial(bool key_missing);
 // For queue_full, shed and queue_timeout: jittered(base) retry-after.
 Denial queue_full_denial(Duration retry_base, AdmissionRng& rng, const JitterPolicy& jitter = {});
 Denial shed_denial(Duration retry_base, AdmissionRng& rng, const JitterPolicy& jitter = {});
+Denial over_slo_denial(Duration retry_base, AdmissionRng& rng, const JitterPolicy& jitter = {});
 Denial queue_timeout_denial(Duration waited, Duration retry_base, AdmissionRng& rng,
                             const JitterPolicy& jitter = {});
 

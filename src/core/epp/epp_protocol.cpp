@@ -8,6 +8,7 @@ namespace sluice::epp {
 std::string_view dropped_reason(RejectReason r) {
   switch (r) {
     case RejectReason::shed:
+    case RejectReason::over_slo:
     case RejectReason::queue_full: return kDroppedSaturated;
     case RejectReason::queue_timeout: return kDroppedTtlExpired;
     case RejectReason::rate_limit: return kDroppedRateLimited;

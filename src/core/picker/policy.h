@@ -36,7 +36,16 @@ struct Candidate {
   double score = 0;                    // higher is better; meaning is the policy's own
   int64_t predicted_cached_tokens = 0;
   bool saturated = false;              // beyond queue / KV limits: only a last resort
+  // Set on the first candidate only: the policy advises refusing the request (sluice's shedding:
+  // it would miss its latency SLO on every endpoint because of their load). See shed_advised.
+  bool shed = false;
 };
+
+// Every driver (the gateway, the Endpoint Picker, fleetsim) sheds by this one rule: the policy
+// advised it and the request's priority is not positive (critical requests are served late instead).
+inline bool shed_advised(std::span<const Candidate> ranked, int priority) {
+  return !ranked.empty() && ranked.front().shed && priority <= 0;
+}
 
 // One named term of a policy's judgement of one endpoint, for explanations (/debug/pick).
 struct ScoreTerm {

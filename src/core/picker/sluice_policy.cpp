@@ -34,6 +34,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.default_output_tokens = std::max(0.0, p.get("default_output_tokens", s.default_output_tokens));
   s.mean_prompt_tokens = p.get("mean_prompt_tokens", s.mean_prompt_tokens);
   s.max_prefix_blocks = std::max(1.0, p.get("max_prefix_blocks", s.max_prefix_blocks));
+  s.shed = p.get("shed", s.shed);
   return s;
 }
 
@@ -408,6 +409,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   // A miss's price (header, the SLO): miss_price x the request's latency budget.
   const double miss = p.miss_price > 0 ? p.miss_price * (p.ttft_slo_ms + output * p.itl_slo_ms) : kMissesSlo;
   double pace_sum = 0;  // the endpoints' batch ITLs (ms), phi's numerator
+  bool any_meets = false;
+  double most_cached = 0;  // the longest cached prefix of the request on any endpoint (tokens)
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
@@ -485,6 +488,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       batch_lag(p, in, factors, batch, false);
       pace_sum += batch.itl.mean_ms;
     }
+    any_meets |= meets_slo;
+    most_cached = std::max(most_cached, in.cached);
     e.total = cost.total();
     e.score = -e.total - (meets_slo ? 0.0 : miss);
     e.premium = -1;
@@ -510,6 +515,15 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       e.itl_ms = itl;
       e.meets_slo = meets_slo;
     }
+  }
+  // Shedding's inputs (header): does any endpoint meet the SLO; would the request meet it alone.
+  any_meets_ = any_meets || embed || endpoints.empty();
+  if (!any_meets_) {
+    SluiceInputs alone;
+    alone.input = input;
+    alone.output = output;
+    alone.cached = most_cached;
+    meets_alone_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0) <= p.ttft_slo_ms;
   }
   // phi for the decisions after this request's dispatch (on_dispatch): the pool's mean batch ITL over
   // the ITL SLO. However often a request is ranked (explain_json ranks it once more), every ranking
@@ -557,6 +571,8 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
     const Eval& e = evals_[item.pos];
     out.push_back({endpoints[item.pos].index, e.score, e.cached, e.saturated});
   }
+  // Shedding (header): every endpoint misses the SLO, and the load is why.
+  if (params_.shed > 0 && !any_meets_ && meets_alone_ && !out.empty()) out.front().shed = true;
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {

@@ -219,6 +219,19 @@
 //            own queue and batch (Q, B, K) are exact and stay per endpoint.
 //   it misses when itl_ms > itl_slo_ms or ttft_ms > ttft_slo_ms. The same step time is the batch's:
 //   an endpoint it would push past the ITL SLO is one where it misses too.
+// Shedding (shed 1, the default): when the request would miss its SLO on every endpoint, and on an
+// idle endpoint holding its longest cached prefix it would meet the TTFT SLO (its prefill alone,
+// ttft_of with no queue and no batch, <= ttft_slo_ms), the load is what makes it miss: the first
+// candidate carries Candidate::shed and the drivers refuse the request (429 over_slo, a jittered
+// Retry-After; shed_advised in policy.h: never a request of positive priority). Served, it would
+// be late anyway and would slow the requests that can still make it; refused, the pool stays at
+// the rate it can serve within the SLO, and the client comes back when told. A request too long to
+// meet the SLO even alone is never shed (its lateness is its own, not the pool's). No threshold:
+// the SLO is the one above. Past the pool's capacity every policy misses for most requests, and the
+// one that keeps some replicas fast by starving others (llmd_default) kept ~half in the SLO where
+// sluice, spreading the overload evenly, kept 3-28%; shed, sluice keeps the pool at its capacity
+// (hot prefix 8 replicas, 200 req/s: goodput 31.6 -> 114.4 on seed 2, 20.7% of requests shed;
+// bench/results/README.md, round 22). 0: never shed (the request goes to the cheapest endpoint).
 // saturated: waiting (staleness rule) >= queue_limit; saturated endpoints rank after all others.
 // KV usage is priced (kv_ms), not a tier: an earlier "KV usage >= 0.97 ranks last" sent requests for
 // the prefixes a full replica held to replicas that did not hold them, and under KV pressure (every
@@ -230,7 +243,8 @@
 // chunk_tokens 8192 = max_num_batched_tokens); KV capacity and block size come from the engines'
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
-// priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier),
+// shed 1 (shedding, above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -262,6 +276,7 @@ struct SluiceParams {
   double default_output_tokens = 256;
   double mean_prompt_tokens = 512;
   double max_prefix_blocks = 8192;
+  double shed = 1;                // refuse requests that would miss the SLO everywhere because of load (0: off)
   static SluiceParams from(PolicyParams& p);
 };
 
@@ -410,6 +425,9 @@ class SluicePolicy : public Policy {
   // phi (SluiceInputs::pace_share) as the last dispatched request's evaluation found it, and as the
   // last evaluation found it (on_dispatch moves it over).
   double pace_share_ = 0, next_pace_share_ = 0;
+  // The last evaluation: some endpoint meets the SLO; the request would meet the TTFT SLO alone on an
+  // idle endpoint holding its longest cached prefix (shedding, header).
+  bool any_meets_ = true, meets_alone_ = true;
   const char* last_text_ = nullptr;
   size_t last_text_size_ = 0;
   double pool_arrivals(size_t endpoints) const;           // the pool's mean, per endpoint

@@ -348,6 +348,14 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
                      {{"retry-after", std::to_string((wait.count() + 999) / 1000)}, {"retry-after-ms", std::to_string(wait.count())}},
                      epp::kDroppedNoEndpoints);
   }
+  // Every endpoint (the subset's too) is too loaded to serve it within the SLO (policy.h, shed_advised).
+  if (shed_advised(ranked, admitted.priority)) {
+    thread_local AdmissionRng rng{std::random_device{}()};
+    const Denial d = over_slo_denial(std::chrono::seconds(1), rng);
+    EppHeaders extra;
+    for (auto& [k, v] : d.headers()) extra.emplace_back(std::string(k), std::move(v));
+    return reject(d.error, Reason::over_slo, std::move(extra), epp::dropped_reason(d.reason));
+  }
   for (size_t i : allowed) candidates.push_back(ranked[i]);
   EppAnswer a;
   a.destination = epp::destination_list(views, allowed, static_cast<size_t>(cfg.destinations));

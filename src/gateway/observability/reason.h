@@ -16,7 +16,7 @@ enum class Reason : uint8_t {
   method_not_allowed, unknown_model, model_not_allowed, wrong_api, too_many_connections, buffer_full, bad_framing, bad_host,
   unsupported_transfer_coding,
   // admission (core/admission/outcome.h)
-  unauthorized, rate_limit, too_large, queue_full, queue_timeout, shed,
+  unauthorized, rate_limit, too_large, queue_full, queue_timeout, shed, over_slo,
   // routing and the upstream exchange
   no_endpoint, connect_timeout, connect_error, first_byte_timeout, idle_timeout, total_timeout, upstream_io,
   upstream_status, response_too_large, internal,
@@ -49,6 +49,7 @@ constexpr std::string_view to_string(Reason r) {
     case Reason::queue_full: return "queue_full";
     case Reason::queue_timeout: return "queue_timeout";
     case Reason::shed: return "shed";
+    case Reason::over_slo: return "over_slo";
     case Reason::no_endpoint: return "no_endpoint";
     case Reason::connect_timeout: return "connect_timeout";
     case Reason::connect_error: return "connect_error";
@@ -72,6 +73,7 @@ constexpr Reason reason_of(RejectReason r) {
     case RejectReason::queue_full: return Reason::queue_full;
     case RejectReason::queue_timeout: return Reason::queue_timeout;
     case RejectReason::shed: return Reason::shed;
+    case RejectReason::over_slo: return Reason::over_slo;
     case RejectReason::unauthorized: return Reason::unauthorized;
   }
   return Reason::internal;

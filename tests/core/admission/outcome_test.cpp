@@ -71,6 +71,12 @@ TEST(AdmissionOutcome, QueueDenials) {
   const Denial shed = shed_denial(seconds(1), rng);
   EXPECT_EQ(shed.reason, RejectReason::shed);
   EXPECT_EQ(shed.error.status, 429);
+  const Denial late = over_slo_denial(seconds(1), rng);
+  EXPECT_EQ(late.reason, RejectReason::over_slo);
+  EXPECT_EQ(late.error.status, 429);
+  EXPECT_EQ(late.error.code, "over_slo");
+  EXPECT_GE(late.retry_after, seconds(1));
+  EXPECT_EQ(to_string(RejectReason::over_slo), "over_slo");
   const Denial timeout = queue_timeout_denial(seconds(30), seconds(1), rng);
   EXPECT_EQ(timeout.reason, RejectReason::queue_timeout);
   EXPECT_EQ(timeout.error.status, 503);

@@ -519,5 +519,80 @@ TEST(SluicePolicy, ChatTurnsRenderedByTheTemplateCountAsContinuations) {
   EXPECT_LT(p.continuation_share(), 5.0 / 6.0);
 }
 
+// ---- shedding (sluice_policy.h, "Shedding") ----
+
+// Every endpoint has > 1 s of prefill queued ahead: the request would miss the TTFT SLO everywhere,
+// and alone it would meet it (1,000 tokens: ~25 ms): the first candidate advises shedding, which
+// every driver applies to priority <= 0 only. One idle endpoint is enough to serve it instead.
+TEST(SluiceShed, ARequestEveryEndpointIsTooLoadedToServeInTheSloIsShed) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(3);
+  for (auto& l : pool.loads) l.prefill_tokens = 60000, l.prefill_requests = 30, l.in_flight = 30;
+  std::string t = prompt('s', 4000);
+  auto c = testing::rank(p, pool, testing::chat(t, 1000));
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_TRUE(c[0].shed);
+  EXPECT_FALSE(c[1].shed);  // the advice rides on the first candidate only
+  EXPECT_TRUE(shed_advised(c, 0));
+  EXPECT_TRUE(shed_advised(c, -1));
+  EXPECT_FALSE(shed_advised(c, 1));  // a critical request is served late instead
+  EXPECT_FALSE(shed_advised({}, 0));
+  pool.loads[2] = EndpointLoad{};
+  c = testing::rank(p, pool, testing::chat(t, 1000));
+  EXPECT_FALSE(c[0].shed);
+  EXPECT_EQ(c[0].endpoint, 2u);
+}
+
+// Missing the ITL SLO everywhere sheds too: both batches read so much KV per step that joining
+// either is past the 50 ms pace.
+TEST(SluiceShed, EveryBatchPastTheItlPaceSheds) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  for (auto& l : pool.loads) l.in_flight = 100, l.live_context_tokens = 100 * 9000, l.decode_tokens = 100 * 20;
+  std::string t = prompt('i', 4000);
+  auto c = testing::rank(p, pool, testing::chat(t, 1000));
+  EXPECT_TRUE(c[0].shed);
+  pool.loads[1] = EndpointLoad{};
+  EXPECT_FALSE(testing::rank(p, pool, testing::chat(t, 1000))[0].shed);
+}
+
+// A request that would miss the TTFT SLO even alone on an idle endpoint (60,000 uncached tokens:
+// ~1.3 s of prefill) is late by its own size, not the pool's load: never shed, however loaded.
+// Its cached prefix counts: cached on an endpoint, the same prompt meets the SLO alone and is shed.
+TEST(SluiceShed, ARequestTooLongToMeetTheSloAloneIsNeverShed) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  std::string t = prompt('l', 240000);
+  PickRequest req = testing::chat(t, 60000, 100);
+  for (auto& l : pool.loads) l.prefill_tokens = 60000, l.prefill_requests = 30, l.in_flight = 30;
+  auto c = testing::rank(p, pool, req);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_FALSE(c[0].shed);
+  // Its prefix learned on endpoint 1: alone there it needs only the tail's prefill.
+  p.on_dispatch(req, 1, Time{});
+  c = testing::rank(p, pool, req);
+  EXPECT_GT(c[0].predicted_cached_tokens + c[1].predicted_cached_tokens, 50000);
+  EXPECT_TRUE(c[0].shed);
+}
+
+TEST(SluiceShed, OffWithShedZeroAndForEmbeddings) {
+  SluiceParams off;
+  off.shed = 0;
+  EXPECT_EQ(SluiceParams{}.shed, 1);  // on by default
+  SluicePolicy p(off, PoolKind::chat);
+  FakePool pool(2);
+  for (auto& l : pool.loads) l.prefill_tokens = 60000, l.prefill_requests = 30, l.in_flight = 30;
+  std::string t = prompt('o', 4000);
+  EXPECT_FALSE(testing::rank(p, pool, testing::chat(t, 1000))[0].shed);
+  // Embeddings have no SLO here (no TTFT, no ITL): never shed.
+  SluicePolicy e({}, PoolKind::embedding);
+  PickRequest er = testing::chat(t, 1000, 0);
+  er.kind = ApiKind::embedding;
+  EXPECT_FALSE(testing::rank(e, pool, er)[0].shed);
+  // The parameter by name, as a pool's policy_params give it.
+  PolicyParams named(std::map<std::string, double>{{"shed", 0.0}});
+  EXPECT_EQ(SluiceParams::from(named).shed, 0);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -1,0 +1,136 @@
+"""Shedding by the SLO (sluice_policy.h, "Shedding"): `sluice serve -c` with the sluice policy in front of
+two `sluice sim` replicas on loopback, with a TTFT SLO of 150 ms.
+
+A request alone is served. A burst of 40 distinct 4,000-token prompts (each ~100 ms of prefill alone,
+so two or more queued ahead put a request past the SLO on every replica) is mostly refused with 429
+`over_slo`, an OpenAI error body and a jittered Retry-After (retry-after and retry-after-ms); the
+rest are served whole; sluice_rejects_total counts them under reason over_slo. The same burst from
+a tenant of positive priority is served in full (critical requests are never shed, only late). With
+`shed: 0` the same burst is served in full too. Nothing else fails.
+
+Run: python3 tests/integration/test_shed.py --sluice build/sluice
+"""
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluice_fleet import admin_metrics, metric, start_gateway, start_sim  # noqa: E402
+
+SLUICE = None
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+BURST = 40
+WORDS = "route token prefix cache replica engine batch queue decode prefill stream budget".split()
+
+
+def sha(key):
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def prompt(rng):
+    """~16,000 characters (~4,000 tokens by the gateway's estimate), distinct from every other."""
+    return " ".join(rng.choice(WORDS) for _ in range(2300))[:16000]
+
+
+def one(port, key, text, out):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        body = json.dumps({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": text}]})
+        c.request("POST", "/v1/chat/completions", body=body,
+                  headers={"content-type": "application/json", "authorization": f"Bearer {key}"})
+        r = c.getresponse()
+        data = json.loads(r.read())
+        out.append((r.status, data, r.getheader("retry-after"), r.getheader("retry-after-ms")))
+    except Exception as e:  # noqa: BLE001 - any transport failure is a test failure, recorded
+        out.append((-1, repr(e), None, None))
+    finally:
+        c.close()
+
+
+def burst(port, key, seed):
+    rng = random.Random(seed)
+    texts = [prompt(rng) for _ in range(BURST)]
+    out = []
+    threads = [threading.Thread(target=one, args=(port, key, t, out)) for t in texts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    return out
+
+
+class Shed(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.sim, cls.ports = start_sim(SLUICE, 2)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+        cls.tmp.cleanup()
+
+    def gateway(self, shed):
+        return start_gateway(
+            SLUICE, self.ports, self.tmp.name, model=MODEL,
+            pool_yaml=f"    policy: sluice\n    policy_params: {{ttft_slo_ms: 150, itl_slo_ms: 50, shed: {shed}}}\n",
+            extra_yaml=f"""tenants:
+  - {{name: standard, priority: 0, key_sha256: [{sha('key-standard')}]}}
+  - {{name: critical, priority: 1, key_sha256: [{sha('key-critical')}]}}""")
+
+    def test_a_burst_past_the_slo_is_shed_and_critical_requests_are_not(self):
+        gw, listen, admin = self.gateway(1)
+        try:
+            alone = []
+            one(listen, "key-standard", prompt(random.Random(1)), alone)
+            self.assertEqual(alone[0][0], 200, alone)
+
+            results = burst(listen, "key-standard", 2)
+            served = [r for r in results if r[0] == 200]
+            shed = [r for r in results if r[0] == 429]
+            self.assertEqual(len(served) + len(shed), BURST, [r for r in results if r[0] not in (200, 429)])
+            self.assertGreaterEqual(len(served), 2, "at least the first request on each replica is served")
+            self.assertGreaterEqual(len(shed), BURST // 2, f"served {len(served)}, shed {len(shed)}")
+            for status, data, ra, ra_ms in shed:
+                self.assertEqual(data["error"]["code"], "over_slo", data)
+                self.assertEqual(data["error"]["type"], "requests", data)
+                self.assertIn("latency SLO", data["error"]["message"])
+                self.assertGreaterEqual(int(ra), 1)
+                self.assertGreaterEqual(int(ra_ms), 1000)  # the 1 s base, jittered upward
+            for status, data, _, _ in served:
+                self.assertEqual(data["choices"][0]["finish_reason"], "length", data)
+            self.assertGreater(len({r[3] for r in shed}), 1, "Retry-After is jittered")
+            text = admin_metrics(admin)
+            self.assertEqual(metric(text, "sluice_rejects_total", reason="over_slo", tenant="standard"), len(shed))
+
+            # A tenant of positive priority: the same kind of burst is served in full, late.
+            critical = burst(listen, "key-critical", 3)
+            self.assertEqual([r[0] for r in critical], [200] * BURST, [r for r in critical if r[0] != 200][:3])
+            print(f"\nshed: standard burst of {BURST}: {len(served)} served, {len(shed)} shed (429 over_slo); "
+                  f"critical burst: {BURST} served", file=sys.stderr)
+        finally:
+            gw.stop()
+
+    def test_shed_zero_serves_the_whole_burst(self):
+        gw, listen, admin = self.gateway(0)
+        try:
+            results = burst(listen, "key-standard", 4)
+            self.assertEqual([r[0] for r in results], [200] * BURST, [r for r in results if r[0] != 200][:3])
+            self.assertIn(metric(admin_metrics(admin), "sluice_rejects_total", reason="over_slo"), (None, 0))
+        finally:
+            gw.stop()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", default=os.environ.get("SLUICE", "build/sluice"))
+    args, rest = ap.parse_known_args()
+    SLUICE = os.path.abspath(args.sluice)
+    unittest.main(argv=[sys.argv[0]] + rest)
