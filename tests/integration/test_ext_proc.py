@@ -8,7 +8,8 @@ Covers: chat, completions and streaming routed (destination header == envoy.lb m
 fallback list of distinct pool endpoints, clear_route_cache); the alias rewritten in the body with a
 corrected Content-Length and the response's model rewritten back; the subset hint honoured, and 503
 with x-llm-d-request-dropped-reason when it leaves nothing; 401 for an unknown key; 429
-rejected-saturated for a sheddable objective on a full pool; a stream reset mid-response releasing
+rejected-saturated for a sheddable objective on a full pool, and for a request the sluice policy
+sheds because every endpoint is too loaded to serve it within the SLO (over_slo); a stream reset mid-response releasing
 the request's slot (outcome client_cancelled); usage settled (sluice_tenant_tokens_total); garbage
 (an empty message, a response before the request, an unsupported body mode, non-gRPC bytes on the
 port) counted and answered while other requests go on; the gRPC health services; the engine-reported
@@ -60,8 +61,8 @@ class ExtProc(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.sim, ports = start_sim(SLUICE, 4, "--time-scale", "20", "--output-len", "12")
-        cls.chat_ports, cls.tiny_port = ports[:3], ports[3]
+        cls.sim, ports = start_sim(SLUICE, 5, "--time-scale", "20", "--output-len", "12")
+        cls.chat_ports, cls.tiny_port, cls.strict_port = ports[:3], ports[3], ports[4]
         listen, admin = free_port(), free_port()
         eps = "\n".join(f"      - {{address: 127.0.0.1:{p}, name: replica-{i}}}" for i, p in enumerate(cls.chat_ports))
         cfg = os.path.join(cls.tmp.name, "sluice.yaml")
@@ -83,10 +84,16 @@ pools:
     endpoints: [127.0.0.1:{cls.tiny_port}]
     max_in_flight_per_endpoint: 1
     scrape: {{interval_ms: 50, stale_after_ms: 500}}
+  - name: strict
+    endpoints: [127.0.0.1:{cls.strict_port}]
+    policy: sluice
+    policy_params: {{ttft_slo_ms: 150}}
+    scrape: {{interval_ms: 50, stale_after_ms: 500}}
 models:
   - {{name: {MODEL}, pool: chat}}
   - {{name: llama-3-8b, alias_of: {MODEL}}}
   - {{name: tiny-model, pool: tiny}}
+  - {{name: strict-model, pool: strict}}
 tenants:
   - name: team
     key_sha256: [{sha("key-team")}]
@@ -267,6 +274,30 @@ admission:
         self.assertIsNone(res3.immediate)
         self.assertEqual(res3.destination, f"127.0.0.1:{self.tiny_port}")
         call3.cancel()
+
+    def test_over_slo_is_refused_with_the_protocols_reason(self):
+        # A ~4,000-token prompt decided and held on the strict pool's one replica (~100 ms of prefill
+        # by the cost model, within the 150 ms TTFT SLO alone): a second one would see its first
+        # token after ~200 ms, past the SLO: the sluice policy sheds it (429 over_slo).
+        text = lambda i: f"{i} " + "route the tokens to the replica that holds them " * 330
+        held = []
+        try:
+            res, _, _, call = self.envoy.decide("/v1/chat/completions", chat("strict-model", text(0)))
+            held.append(call)
+            self.assertIsNone(res.immediate, res.immediate)
+            self.assertEqual(res.destination, f"127.0.0.1:{self.strict_port}")
+            res, send, _, _ = self.envoy.decide("/v1/chat/completions", chat("strict-model", text(9)))
+            send(None)
+            self.assertIsNotNone(res.immediate)
+            status, headers, body = res.immediate
+            self.assertEqual(status, 429, body)
+            self.assertEqual(headers["x-llm-d-request-dropped-reason"], "rejected-saturated")
+            self.assertGreaterEqual(int(headers["retry-after-ms"]), 1000)
+            self.assertEqual(json.loads(body)["error"]["code"], "over_slo")
+            self.assertGreaterEqual(metric(self.metrics(), "sluice_rejects_total", pool="strict", reason="over_slo") or 0, 1)
+        finally:
+            for call in held:
+                call.cancel()
 
     def test_served_endpoint_moves_the_accounting(self):
         res, send, responses, call = self.envoy.decide("/v1/chat/completions", chat(MODEL, "fallback", max_tokens=4))
