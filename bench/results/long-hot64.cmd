@@ -1,3 +1,4 @@
 sluice fleetsim --seed 1 --policy round_robin,least_request,cache_aware,llmd_default,sluice --replicas 64 --rates 640,960,1120,1280,1440 --requests 32000 --workload hot_prefix --json   # source: 5ce14ac  -> long-hot64-s1.json (first 25 lines)
 sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 1600,2000,2400,2800,3200 --requests 32000 --workload hot_prefix --json   # source: 5ce14ac  -> long-hot64-s1.json (the rest)
 sluice fleetsim --seed 2 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 1600,2000,2400,2800,3200 --requests 32000 --workload hot_prefix --json   # source: 5ce14ac  -> long-hot64-s2-past.json
+# round 22 (shed on by default): the sluice rows of both files rerun at f211be2: sluice fleetsim ... --policy sluice (same flags) -> replace_rows.py

@@ -14,6 +14,9 @@ Per file (one workload x replica count x seed, every policy on the same requests
   ratio of highest sustainable rates (the highest rate of the sweep with attainment >= 95%).
   Goodput compared between policies is the fleet simulator's goodput_rps (requests meeting the SLO
   per second from the first arrival to the last completion); "att" columns give the attainment.
+  Since round 22 sluice sheds (429 over_slo) requests it cannot serve within the SLO anywhere: they
+  count as missing the SLO in goodput and attainment, but TTFT percentiles are over served requests
+  only, so the "shed" column gives sluice's share of refused requests at each rate.
 """
 import argparse
 import json
@@ -40,6 +43,11 @@ def p90(run):
 
 def att(run):
     return run["figures"]["slo_attainment"]
+
+
+def shed(run):
+    f = run["figures"]
+    return f.get("by_status", {}).get("429", 0) / max(1, f["requests"])
 
 
 def sustainable(runs):
@@ -79,7 +87,7 @@ def check(path):
         orc = t.get("oracle", {}).get(rate)
         ba = max(att(o) for _, o in others)
         rows.append((rate, checked, gp(s), bg_name, gp(bg), g_ratio, p90(s), bt_name, p90(bt), t_ratio, ok,
-                     gp(orc) if orc else None, att(s), ba))
+                     gp(orc) if orc else None, att(s), ba, shed(s)))
     sus = {p: sustainable(t[p]) for p in OTHERS + ["sluice"] if p in t}
     best_other_sus = max((v, p) for p, v in sus.items() if p != "sluice")
     first = runs[0]
@@ -96,12 +104,12 @@ def md(res):
         r90 = f"{r['r90']:g} req/s" if r['r90'] else "not reached"
         out.append(f"round_robin below 90% goodput from: {r90}; checked rates: up to 1.5x that.")
         out.append("")
-        out.append("| rate | checked | sluice goodput | best other goodput | ratio | sluice TTFT p90 | best other TTFT p90 | ratio | ok | sluice / best other att |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|")
-        for (rate, checked, sg, bgn, bg, gr, st, btn, bt, tr, ok, og, sa, ba) in r["rows"]:
+        out.append("| rate | checked | sluice goodput | best other goodput | ratio | sluice TTFT p90 | best other TTFT p90 | ratio | ok | sluice / best other att | sluice shed |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for (rate, checked, sg, bgn, bg, gr, st, btn, bt, tr, ok, og, sa, ba, sh) in r["rows"]:
             out.append(f"| {rate:g} | {'yes' if checked else 'no'} | {sg:.1f} | {bgn} {bg:.1f} | {gr:.2f} | "
                        f"{st*1000:.0f} ms | {btn} {bt*1000:.0f} ms | {tr:.2f} | {'ok' if ok else '**LOSES**'} | "
-                       f"{sa*100:.1f}% / {ba*100:.1f}% |")
+                       f"{sa*100:.1f}% / {ba*100:.1f}% | {sh*100:.1f}% |")
         g, rate, name = r["best_gain"]
         bos, bon = r["best_other_sus"]
         sus_ratio = r["sus"] / bos if bos else float("inf")
