@@ -1,1 +1,1 @@
-sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 64,96,128,160,192 --requests 8000 --workload agent_sessions,sessions=512   # source: 5ae54f7
+sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 64,96,128,160,192 --requests 12000 --workload agent_sessions,sessions=512   # source: 99b16d0

@@ -1,1 +1,1 @@
-sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 160,320,480,640,800,960 --requests 8000 --workload cost_mix   # source: 0ba9e30
+sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 160,320,480,640,800,960 --requests 24000 --workload cost_mix   # source: 99b16d0

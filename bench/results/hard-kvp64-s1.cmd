@@ -1,1 +1,1 @@
-sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 240,360,480,600,720 --requests 8000 --workload kv_pressure,prefixes=9600 --kv-blocks 12000   # source: 0ba9e30 + uncommitted changes under src/
+sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 240,360,480,600,720 --requests 24000 --workload kv_pressure,prefixes=9600 --kv-blocks 12000   # source: 99b16d0

@@ -1,1 +1,1 @@
-sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 160,240,320,400,480 --requests 8000 --workload tool_agent   # source: f350434
+sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 160,240,320,400,480 --requests 24000 --workload tool_agent   # source: 99b16d0
