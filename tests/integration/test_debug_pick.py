@@ -29,6 +29,7 @@ class DebugPick(unittest.TestCase):
             before = json.loads(raw)
             self.assertEqual(before["pool"], "chat")
             self.assertEqual(len(before["candidates"]), 3)
+            self.assertIs(before["shed"], False)  # an idle pool serves it (the policy's shed advice)
             self.assertTrue(all(c["predicted_cached_tokens"] == 0 for c in before["candidates"]), before)
             picks_before = sum(c["in_flight"] for c in before["candidates"])
             self.assertEqual(picks_before, 0)

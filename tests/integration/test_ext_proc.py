@@ -286,6 +286,10 @@ admission:
             held.append(call)
             self.assertIsNone(res.immediate, res.immediate)
             self.assertEqual(res.destination, f"127.0.0.1:{self.strict_port}")
+            # The admin listener's explanation says so before any request is refused.
+            status, raw = http_req(self.admin, "POST", "/debug/pick", chat("strict-model", text(8)).decode())
+            self.assertEqual(status, 200, raw)
+            self.assertTrue(json.loads(raw)["shed"], raw)
             res, send, _, _ = self.envoy.decide("/v1/chat/completions", chat("strict-model", text(9)))
             send(None)
             self.assertIsNotNone(res.immediate)
