@@ -488,7 +488,16 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       batch_lag(p, in, factors, batch, false);
       pace_sum += batch.itl.mean_ms;
     }
-    any_meets |= meets_slo;
+    // shed 2 (header, shedding): it serves the request here only where admitting it gains more
+    // goodput than it costs the batch it joins.
+    bool serves = meets_slo;
+    if (p.shed >= 2 && meets_slo && !embed && in.output > 1) [[unlikely]] {
+      const double sd = batch.itl.sd_ms;
+      const double after = sluice_excess_probability(itl, sd, p.itl_slo_ms);
+      const double before = sluice_excess_probability(batch.itl.mean_ms, sd, p.itl_slo_ms);
+      serves = 1.0 - after > (in.decoding + in.queued) * std::max(0.0, after - before);
+    }
+    any_meets |= serves;
     most_cached = std::max(most_cached, in.cached);
     e.total = cost.total();
     e.score = -e.total - (meets_slo ? 0.0 : miss);

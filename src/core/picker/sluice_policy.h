@@ -232,6 +232,16 @@
 // sluice, spreading the overload evenly, kept 3-28%; shed, sluice keeps the pool at its capacity
 // (hot prefix 8 replicas, 200 req/s: goodput 31.6 -> 114.4 on seed 2, 20.7% of requests shed;
 // bench/results/README.md, round 22). 0: never shed (the request goes to the cheapest endpoint).
+// shed 2 (opt-in) sheds by the expected goodput of admitting: an endpoint where the request meets
+// the SLO serves it only if its chance of meeting the ITL SLO exceeds the expected new misses of
+// the batch it joins, 1 - P(itl_ms > itl_slo_ms) > B x (P(batch ITL after > SLO) - P(before > SLO))
+// (the decode price's normal model, sd of the batch's ITL). Past capacity shed 1 admits wherever a
+// request would itself just meet the pace, so the batches settle at the pace and about half of the
+// admitted still miss (agent sessions at 32 replicas, 160 req/s: attainment 0.50-0.64); shed 2
+// holds them below it (seed 3: goodput 72 -> 125, cache_aware 88). But near capacity it refuses
+// requests that would have met (hot prefix 32 replicas, 640 req/s: 2-3% shed where shed 1 serves
+// 100% within the SLO): the normal model's step-to-step spread overstates how often a request's
+// mean ITL over its life passes the pace. Hence not the default (bench/results/README.md, round 22).
 // saturated: waiting (staleness rule) >= queue_limit; saturated endpoints rank after all others.
 // KV usage is priced (kv_ms), not a tier: an earlier "KV usage >= 0.97 ranks last" sent requests for
 // the prefixes a full replica held to replicas that did not hold them, and under KV pressure (every
@@ -276,7 +286,8 @@ struct SluiceParams {
   double default_output_tokens = 256;
   double mean_prompt_tokens = 512;
   double max_prefix_blocks = 8192;
-  double shed = 1;                // refuse requests that would miss the SLO everywhere because of load (0: off)
+  double shed = 1;                // refuse requests that would miss the SLO everywhere because of load (0: off;
+                                  // 2: also where admitting costs the batch more than it gains)
   static SluiceParams from(PolicyParams& p);
 };
 
