@@ -532,7 +532,9 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     alone.input = input;
     alone.output = output;
     alone.cached = most_cached;
-    meets_alone_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0) <= p.ttft_slo_ms;
+    // Its ITL alone too: an ITL SLO under one engine step is never met, and sheds nothing.
+    meets_alone_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0) <= p.ttft_slo_ms &&
+                   (output <= 1 || sluice_itl_ms(p, alone) <= p.itl_slo_ms);
   }
   // phi for the decisions after this request's dispatch (on_dispatch): the pool's mean batch ITL over
   // the ITL SLO. However often a request is ranked (explain_json ranks it once more), every ranking

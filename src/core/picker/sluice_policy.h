@@ -220,8 +220,9 @@
 //   it misses when itl_ms > itl_slo_ms or ttft_ms > ttft_slo_ms. The same step time is the batch's:
 //   an endpoint it would push past the ITL SLO is one where it misses too.
 // Shedding (shed 1, the default): when the request would miss its SLO on every endpoint, and on an
-// idle endpoint holding its longest cached prefix it would meet the TTFT SLO (its prefill alone,
-// ttft_of with no queue and no batch, <= ttft_slo_ms), the load is what makes it miss: the first
+// idle endpoint holding its longest cached prefix it would meet the SLO (its prefill alone, ttft_of
+// with no queue and no batch, <= ttft_slo_ms, and its ITL alone <= itl_slo_ms: an SLO no engine step
+// can meet sheds nothing), the load is what makes it miss: the first
 // candidate carries Candidate::shed and the drivers refuse the request (429 over_slo, a jittered
 // Retry-After; shed_advised in policy.h: never a request of positive priority). Served, it would
 // be late anyway and would slow the requests that can still make it; refused, the pool stays at

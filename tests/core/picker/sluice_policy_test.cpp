@@ -615,6 +615,20 @@ TEST(SluiceShed, ShedTwoWeighsTheBatchsExpectedMisses) {
   EXPECT_FALSE(first(two, b, 6000).first);             // a short request barely slows the batch
 }
 
+// An ITL SLO under one engine step (5 ms; a step alone is ~7.5 ms) is missed everywhere, loaded or
+// not: that is the SLO's doing, not the load's, and nothing is shed.
+TEST(SluiceShed, AnSloNoEngineStepCanMeetShedsNothing) {
+  SluiceParams tight;
+  tight.itl_slo_ms = 5;
+  SluicePolicy p(tight, PoolKind::chat);
+  FakePool pool(2);
+  for (auto& l : pool.loads) l.prefill_tokens = 60000, l.prefill_requests = 30, l.in_flight = 30;
+  std::string t = prompt('t', 4000);
+  EXPECT_FALSE(testing::rank(p, pool, testing::chat(t, 1000))[0].shed);
+  SluicePolicy q({}, PoolKind::chat);  // the default SLO on the same load: shed
+  EXPECT_TRUE(testing::rank(q, pool, testing::chat(t, 1000))[0].shed);
+}
+
 TEST(SluiceShed, OffWithShedZeroAndForEmbeddings) {
   SluiceParams off;
   off.shed = 0;
