@@ -388,9 +388,9 @@ std::string PoolRouter::explain_json(const PickRequest& req, Time now) {
   append_json_string(out, config_.name);
   out += ",\"policy\":";
   append_json_string(out, policy_->name());
-  // shed: the policy advises refusing the request (Candidate::shed; the drivers apply shed_advised).
+  // shed: the policy advises refusing the request, as the drivers' rule reads it for priority 0.
   out += fmt::format(",\"input_tokens\":{},\"shed\":{},\"candidates\":[", req.input_tokens,
-                     !ranked.empty() && ranked.front().shed);
+                     shed_advised(ranked, 0));
   for (size_t r = 0; r < ranked.size(); ++r) {
     const Candidate& c = ranked[r];
     const Endpoint& ep = endpoints_[c.endpoint];

@@ -525,15 +525,15 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       e.meets_slo = meets_slo;
     }
   }
-  // Shedding's inputs (header): does any endpoint meet the SLO; would the request meet it alone.
-  any_meets_ = any_meets || embed || endpoints.empty();
-  if (!any_meets_) {
+  // Shedding (header): no endpoint meets the SLO, and alone the request would (the load is why).
+  shed_advice_ = false;
+  if (p.shed > 0 && !any_meets && !embed && !endpoints.empty()) {
     SluiceInputs alone;
     alone.input = input;
     alone.output = output;
     alone.cached = most_cached;
     // Its ITL alone too: an ITL SLO under one engine step is never met, and sheds nothing.
-    meets_alone_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0) <= p.ttft_slo_ms &&
+    shed_advice_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0) <= p.ttft_slo_ms &&
                    (output <= 1 || sluice_itl_ms(p, alone) <= p.itl_slo_ms);
   }
   // phi for the decisions after this request's dispatch (on_dispatch): the pool's mean batch ITL over
@@ -582,8 +582,7 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
     const Eval& e = evals_[item.pos];
     out.push_back({endpoints[item.pos].index, e.score, e.cached, e.saturated});
   }
-  // Shedding (header): every endpoint misses the SLO, and the load is why.
-  if (params_.shed > 0 && !any_meets_ && meets_alone_ && !out.empty()) out.front().shed = true;
+  if (shed_advice_ && !out.empty()) out.front().shed = true;  // shedding (header, evaluate())
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {

@@ -437,9 +437,9 @@ class SluicePolicy : public Policy {
   // phi (SluiceInputs::pace_share) as the last dispatched request's evaluation found it, and as the
   // last evaluation found it (on_dispatch moves it over).
   double pace_share_ = 0, next_pace_share_ = 0;
-  // The last evaluation: some endpoint meets the SLO; the request would meet the TTFT SLO alone on an
-  // idle endpoint holding its longest cached prefix (shedding, header).
-  bool any_meets_ = true, meets_alone_ = true;
+  // The last evaluation advises shedding: no endpoint meets the SLO, and alone on an idle endpoint
+  // holding its longest cached prefix the request would (shedding, header).
+  bool shed_advice_ = false;
   const char* last_text_ = nullptr;
   size_t last_text_size_ = 0;
   double pool_arrivals(size_t endpoints) const;           // the pool's mean, per endpoint
