@@ -91,7 +91,8 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();
   bool client_gone_ = false;
   bool half_closed_ = false;  // the client shut its sending side right after a request (still reads)
-  bool check_half_close_ = false;  // a request was read: the first start_watch looks for a FIN first
+  bool check_half_close_ = false;  // the connection's first request was read: its first start_watch looks for a FIN
+  uint64_t served_ = 0;            // requests read on this connection
   bool watch_deferred_ = false;    // watching(WatchFrom::sent) until watch_now()
   SteadyClock::time_point request_read_at_{};  // when the current request was read
   std::string early_bytes_;  // bytes the watcher read while a request was in flight (pipelining)
