@@ -125,8 +125,11 @@ class RequestLife {
   void take_usage(const Usage& u);
   void learn_response(std::string_view json);
   std::string response_head_from_upstream(bool chunked, size_t content_length);
-  void observe(OverheadPhase p, SteadyClock::time_point since) {
-    gw_.metrics().overhead(p).observe(std::chrono::duration<double>(SteadyClock::now() - since).count());
+  // Records a phase that began at `since`; returns its end (the next phase's start: one clock read).
+  SteadyClock::time_point observe(OverheadPhase p, SteadyClock::time_point since) {
+    const auto end = SteadyClock::now();
+    gw_.metrics().overhead(p).observe(std::chrono::duration<double>(end - since).count());
+    return end;
   }
   void finish(Outcome o, int status, Reason reason = Reason::none);
 
@@ -178,14 +181,14 @@ asio::awaitable<bool> RequestLife::run() {
   enforcing_ = admission.enforcing();
 
   // ---- parse: once, with simdjson ----
-  auto phase = SteadyClock::now();
+  auto phase = start_;  // (the record's strings above: a few hundred nanoseconds, no second clock read)
   // The body reader left kBodyPadding zeroed bytes of capacity behind it: parsed in place. The
   // messages' text is kept only in the rendered prompt (nothing here reads it from the messages).
   const BodyBytes& body = req_.body();
   ParseLimits parse_limits;
   parse_limits.keep_message_text = false;
   auto parsed = parse_request(kind_, body, parse_limits, body.capacity() >= body.size() + kBodyPadding);
-  observe(OverheadPhase::parse, phase);
+  phase = observe(OverheadPhase::parse, phase);  // and the authentication's start
   if (!parsed.ok()) co_return co_await reject(parsed.error, Reason::bad_request);
   model_ = std::move(parsed.request);
   rec_.model = truncate_echo(model_->model, kMaxEchoedModel);
@@ -193,7 +196,6 @@ asio::awaitable<bool> RequestLife::run() {
   rec_.tenant = tenant_of(req_, *model_);
 
   // ---- authenticate: before the model is resolved (no probing model names without a key) ----
-  phase = SteadyClock::now();
   AuthOutcome auth = admission.authenticate(req_.base());
   if (auth.denial) {
     ResponseHeaders h;
@@ -264,11 +266,12 @@ asio::awaitable<bool> RequestLife::run() {
     if (model_->num_inputs <= 1) pick_.input_tokens = static_cast<int64_t>(token_ids_->size());
   }
   health_ = &pool_->health;
-  health_->refresh(gw_.now());
-  health_->on_request(gw_.now());
-  auto candidates = router_->rank(pick_, gw_.now());
-  pool_->series.pick->observe(std::chrono::duration<double>(SteadyClock::now() - phase).count());
-  observe(OverheadPhase::pick, phase);
+  const Time picked_at = gw_.at(phase);
+  health_->refresh(picked_at);
+  health_->on_request(picked_at);
+  auto candidates = router_->rank(pick_, picked_at);
+  const auto pick_end = observe(OverheadPhase::pick, phase);
+  pool_->series.pick->observe(std::chrono::duration<double>(pick_end - phase).count());
   if (candidates.empty()) {
     // Our own Retry-After is jittered, so clients told to come back do not return all at once.
     thread_local AdmissionRng rng{std::random_device{}()};
@@ -444,7 +447,7 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, size_t candidates, bool 
   // A connect, or a wait at the connection limit, may take a while: the client is watched from here.
   if (!upstreams_.has_idle(*pool_, guard_.endpoint())) down_.watch_now();
   auto acquired = co_await upstreams_.acquire(*pool_, guard_.endpoint(), std::min(phase + tmo_.connect, total_deadline_));
-  observe(OverheadPhase::connect, phase);
+  phase = observe(OverheadPhase::connect, phase);  // and the exchange's start
   if (down_.gone()) {
     finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
     co_return Attempt{Attempt::Next::stop};
@@ -462,7 +465,6 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, size_t candidates, bool 
   }
   up_.reset();
   up_.emplace(std::move(acquired.lease), down_, ExchangeDeadlines{tmo_.first_byte, tmo_.idle_gap, total_deadline_});
-  phase = SteadyClock::now();
   const auto ec = co_await up_->send(upstream_head(), body_);
   if (!ec) {
     observe(OverheadPhase::first_upstream_byte, phase);

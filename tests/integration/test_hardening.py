@@ -577,6 +577,34 @@ class HalfClose(WithFake):
         self.assertEqual(statuses(raw), [200], raw[:300])
         self.assertIn(b"tok0", raw)
 
+    def test_fin_behind_a_kept_alive_request_is_a_client_leaving(self):
+        """The half-close is looked for on a connection's first request only (session.cpp: the
+        clients that shut their sending side send one request per connection). On a kept-alive
+        connection the same FIN behind a later request is a client that left: its request is
+        cancelled at once, not served."""
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
+        s.sendall(request_bytes(chat_body()))
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(65536)
+        head, rest = got.split(b"\r\n\r\n", 1)
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(rest) < length:
+            rest += s.recv(65536)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        s.sendall(request_bytes(chat_body(), headers="x-request-id: kept-alive-fin\r\n"
+                                                     "x-fake-first-byte-delay-ms: 1500\r\n"))
+        t0 = time.time()
+        s.shutdown(socket.SHUT_WR)
+        raw, _ = recv_all(s, 5)
+        s.close()
+        self.assertEqual(statuses(raw), [], raw[:300])
+        self.assertLess(time.time() - t0, 1.2, "cancelled at once, not at the engine's first byte")
+        recs = self.gw.access_records(until=lambda rs: any(r.get("id") == "kept-alive-fin" for r in rs))
+        rec = [r for r in recs if r.get("id") == "kept-alive-fin"]
+        self.assertTrue(rec, recs[-3:])
+        self.assertEqual(rec[0]["outcome"], "client_cancelled")
+
 
 @lifecycle
 class MidStreamFailure(unittest.TestCase):
