@@ -58,10 +58,10 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   // The request goes out after the worker has run the handlers already ready in this turn of its
   // loop (asio::post queues this coroutine behind them), so the requests read from one burst of
   // client sockets reach the engine back to back: the engine's process is woken once for the burst,
-  // not once per request. A wake-up of another process over loopback is most of a send's cost
-  // (sock_def_readable and the scheduler's IPI: 30% of the gateway's CPU at 64 connections before,
-  // 10% after; bench/results/overhead.txt run 21). A lone request waits for nothing: the queue is
-  // empty and the send follows at once.
+  // not once per request. Over loopback the sender pays for waking the receiver (sock_def_readable
+  // and the inter-processor interrupt: 14% of the gateway's CPU at 64 connections before, 5% after;
+  // bench/results/overhead.txt run 21). A lone request waits for nothing: the queue is empty and the
+  // send follows at once.
   co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
   std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body)};
   auto [wec, wn] = co_await write_now(lease_.socket(), bufs);
