@@ -16,9 +16,16 @@
 #           (400 KB) prompts.
 #   stream: a 2,000-token SSE stream (nginx serves it at full speed) relayed by sluice with
 #           admission on (a tenant with a key): gateway CPU per relayed token (goal <= 2 us).
+#   syscalls (not in the default; needs perf with tracepoint access, i.e. root): small requests at
+#           TPUT_CONNS connections, sluice and HAProxy alternated ROUNDS (2) times: syscalls per
+#           request by kind (`perf stat` on the syscall tracepoints of the proxy's pid, 3 s of an
+#           11 s wrk run) and CPU per request (/proc over the 3 s before, untraced), each divided by
+#           the requests the proxy completed in its window (sluice_requests_total; HAProxy's stats
+#           socket).
 #
 # Usage: scripts/bench-overhead.sh [path/to/sluice]   (default: build-release/sluice)
 # Env: DURATION (s, default 10), LAT_CONNS (4), TPUT_CONNS (64), SLUICE_WORKERS (1), HAPROXY_THREADS (1),
+#      ROUNDS (2, the syscalls part),
 #      BENCH_NICE (-10 as root, else 0): every measured process (nginx, haproxy, sluice, wrk) runs at
 #      this niceness, so that other work on a shared machine disturbs the three targets alike and less.
 set -euo pipefail
@@ -114,6 +121,7 @@ cat > "$tmp/haproxy.cfg" <<CONF
 global
   nbthread $haproxy_threads
   maxconn 4096
+  stats socket $tmp/haproxy.sock
 defaults
   mode http
   timeout connect 2s
@@ -130,6 +138,7 @@ backend engines
 CONF
 nice -n "$bench_nice" haproxy -f "$tmp/haproxy.cfg" -db &
 pids+=($!)
+haproxy_pid=$!
 
 # ---- sluice ---------------------------------------------------------------------------------------
 sluice_port=$(free_port)
@@ -333,4 +342,57 @@ per_token = (c1 - c0) / max(1, n * 2000)
 print(f"{n} streams ({n * 2000} tokens, {e} errors), stream p50 {p50 / 1000:.2f} ms; "
       f"gateway CPU {per_token:.3f} us per token (goal <= 2: {'met' if per_token <= 2 else 'NOT met'})")
 PY
+fi
+
+# ---- syscalls and CPU per small request, sluice beside HAProxy (perf stat) ---------------------------
+if [[ " $parts " == *" syscalls "* ]]; then
+  command -v perf >/dev/null || { echo "bench-overhead: the syscalls part needs perf (linux-perf)" >&2; exit 1; }
+  served() {  # requests the proxy on port $1 has completed so far
+    if [ "$1" = "$sluice_port" ]; then
+      curl -s "http://127.0.0.1:$admin_port/metrics" | awk '/^sluice_requests_total/ {s += $2} END {printf "%d\n", s}'
+    else
+      python3 - "$tmp/haproxy.sock" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b"show stat\n")
+out = b""
+while (d := s.recv(65536)): out += d
+for line in out.decode().splitlines():
+    f = line.split(",")
+    if len(f) > 49 and f[0] == "fe" and f[1] == "FRONTEND": print(f[48])  # req_tot
+PY
+    fi
+  }
+  events=raw_syscalls:sys_enter,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendmsg,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_ctl,syscalls:sys_enter_timerfd_settime
+  count_one() {  # name port pid
+    run wrk -t1 -c"$tput_conns" -d11s -s "$tmp/post.lua" "http://127.0.0.1:$2/v1/chat/completions" > "$tmp/wrk-sys.txt" &
+    local w=$!
+    sleep 2
+    local c0 n0 c1 n1 t0 t1
+    c0=$(cpu_us "$3"); n0=$(served "$2")
+    sleep 3
+    c1=$(cpu_us "$3"); n1=$(served "$2")
+    t0=$(served "$2")
+    perf stat -x, -e "$events" -p "$3" -o "$tmp/perf.txt" -- sleep 3 2>/dev/null
+    t1=$(served "$2")
+    wait "$w"
+    python3 - "$1" "$c0" "$c1" "$n0" "$n1" "$t0" "$t1" "$tmp/perf.txt" "$(sed -n 's/^RESULT rps=\([0-9.]*\).*/\1/p' "$tmp/wrk-sys.txt")" <<'PY'
+import sys
+name, c0, c1, n0, n1, t0, t1, perf, rps = sys.argv[1:]
+n, t = max(1, int(n1) - int(n0)), max(1, int(t1) - int(t0))
+counts = {}
+for line in open(perf):
+    f = line.strip().split(",")
+    if len(f) > 2 and f[0].replace(".", "").isdigit():
+        counts[f[2].split(":")[-1].replace("sys_enter_", "")] = int(float(f[0])) / t
+detail = "  ".join(f"{k} {v:.2f}" for k, v in counts.items() if k != "sys_enter" and v >= 0.005)
+print(f"{name:8s} {float(rps):8.0f} req/s  cpu {(float(c1) - float(c0)) / n:5.2f} us/req  "
+      f"syscalls {counts.get('sys_enter', 0):.2f}/req  ({detail})")
+PY
+  }
+  echo
+  echo "syscalls and CPU per small request, $tput_conns connections (requests/s over the whole run, traced part included)"
+  for _ in $(seq "${ROUNDS:-2}"); do
+    count_one sluice "$sluice_port" "$sluice_pid"
+    count_one haproxy "$haproxy_port" "$haproxy_pid"
+  done
 fi

@@ -79,9 +79,7 @@ GenerationInputs Gateway::generation_inputs(uint64_t seed) {
                           seed};
 }
 
-Time Gateway::now() const {
-  return std::chrono::duration_cast<Time>(std::chrono::steady_clock::now() - epoch_);
-}
+Time Gateway::now() const { return at(std::chrono::steady_clock::now()); }
 
 bool Gateway::ready() const {
   if (draining.load()) return false;
