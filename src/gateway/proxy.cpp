@@ -268,7 +268,6 @@ asio::awaitable<bool> RequestLife::run() {
   health_ = &pool_->health;
   const Time picked_at = gw_.at(phase);
   health_->refresh(picked_at);
-  health_->on_request(picked_at);
   auto candidates = router_->rank(pick_, picked_at);
   const auto pick_end = observe(OverheadPhase::pick, phase);
   pool_->series.pick->observe(std::chrono::duration<double>(pick_end - phase).count());
@@ -310,6 +309,9 @@ asio::awaitable<bool> RequestLife::run() {
   }
 
   // ---- forward + relay, watching the client for a disconnect ----
+  // The retry budget counts requests that reach an engine: refusals above (no endpoint, shed, a
+  // stored response's engine gone) would otherwise raise the retry allowance as the pool overloads.
+  health_->on_request(picked_at);
   // Admission: enforce the reserved output bound upstream; ask a stream for its usage (to settle
   // the reservation) and strip that chunk again when the client did not ask for it.
   const bool generating = generates(kind_);

@@ -6,7 +6,10 @@ so two or more queued ahead put a request past the SLO on every replica) is most
 `over_slo`, an OpenAI error body and a jittered Retry-After (retry-after and retry-after-ms); the
 rest are served whole; sluice_rejects_total counts them under reason over_slo. The same burst from
 a tenant of positive priority is served in full (critical requests are never shed, only late). With
-`shed: 0` the same burst is served in full too. Nothing else fails.
+`shed: 0` the same burst is served in full too. Nothing else fails. Shed requests reach no engine, so
+they do not count toward the pool's retry budget: after a shed burst, failures on both replicas are
+not retried under a budget of 3% of the requests forwarded (the budget would allow one retry if the
+shed requests counted).
 
 Run: python3 tests/integration/test_shed.py --sluice build/sluice
 """
@@ -77,10 +80,11 @@ class Shed(unittest.TestCase):
         cls.sim.stop()
         cls.tmp.cleanup()
 
-    def gateway(self, shed):
+    def gateway(self, shed, more_pool_yaml=""):
         return start_gateway(
             SLUICE, self.ports, self.tmp.name, model=MODEL,
-            pool_yaml=f"    policy: sluice\n    policy_params: {{ttft_slo_ms: 150, itl_slo_ms: 50, shed: {shed}}}\n",
+            pool_yaml=f"    policy: sluice\n    policy_params: {{ttft_slo_ms: 150, itl_slo_ms: 50, shed: {shed}}}\n"
+                      + more_pool_yaml,
             extra_yaml=f"""tenants:
   - {{name: standard, priority: 0, key_sha256: [{sha('key-standard')}]}}
   - {{name: critical, priority: 1, key_sha256: [{sha('key-critical')}]}}""")
@@ -124,6 +128,40 @@ class Shed(unittest.TestCase):
             results = burst(listen, "key-standard", 4)
             self.assertEqual([r[0] for r in results], [200] * BURST, [r for r in results if r[0] != 200][:3])
             self.assertIn(metric(admin_metrics(admin), "sluice_rejects_total", reason="over_slo"), (None, 0))
+        finally:
+            gw.stop()
+
+    def faults(self, spec):
+        for port in self.ports:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                c.request("POST", "/admin/faults", body=json.dumps(spec), headers={"content-type": "application/json"})
+                r = c.getresponse()
+                r.read()
+                self.assertEqual(r.status, 200)
+            finally:
+                c.close()
+
+    def test_shed_requests_do_not_grow_the_retry_budget(self):
+        # Budget: retries <= 3% of the requests in the last 10 s, no floor. After a burst of 40 with
+        # at least 20 shed, at most 20 were forwarded: 3 more make at most 23, 0.69 retries allowed.
+        # Counting the 40 + 3 would allow 1.29.
+        gw, listen, admin = self.gateway(1, "    retry: {max_retries: 1, budget_ratio: 0.03, budget_min_per_second: 0}\n")
+        try:
+            results = burst(listen, "key-standard", 5)
+            shed = [r for r in results if r[0] == 429]
+            self.assertGreaterEqual(len(shed), BURST // 2, f"shed {len(shed)} of {BURST}")
+            self.faults({"error_rate": {"503": 1}})
+            try:
+                out = []
+                for i in range(3):
+                    one(listen, "key-standard", f"probe {i}: " + prompt(random.Random(100 + i))[:200], out)
+            finally:
+                self.faults({"reset": True})
+            self.assertEqual([r[0] for r in out], [503] * 3, out)
+            text = admin_metrics(admin)
+            self.assertIn(metric(text, "sluice_retries_total"), (None, 0), "no retry within a budget of forwarded requests")
+            self.assertGreaterEqual(metric(text, "sluice_retries_refused_total") or 0, 1, text[-2000:])
         finally:
             gw.stop()
 

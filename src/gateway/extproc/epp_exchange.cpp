@@ -329,7 +329,6 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   phase = std::chrono::steady_clock::now();
   pick = make_pick_request(kind, *route, *model);
   pool->health.refresh(gw.now());
-  pool->health.on_request(gw.now());
   auto ranked = router.rank(pick, gw.now());
   std::vector<std::string> addresses;
   addresses.reserve(ranked.size());
@@ -357,6 +356,7 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
     return reject(d.error, Reason::over_slo, std::move(extra), epp::dropped_reason(d.reason));
   }
   for (size_t i : allowed) candidates.push_back(ranked[i]);
+  pool->health.on_request(gw.now());  // counted once it is sent on, as in proxy.cpp (the retry budget)
   EppAnswer a;
   a.destination = epp::destination_list(views, allowed, static_cast<size_t>(cfg.destinations));
   {
