@@ -9,6 +9,7 @@
 #include "core/admission/admission_queue.h"
 #include "core/admission/dispatcher.h"
 #include "core/admission/fair_share.h"
+#include "core/admission/outcome.h"
 #include "core/config.h"
 #include "core/json_escape.h"
 #include "core/picker/oracle_policy.h"
@@ -25,13 +26,13 @@ namespace {
 using workload::RequestRecord;
 using workload::WorkloadRequest;
 
-enum class EventKind { arrival, step_end, scrape, kv_events, share_load, peer_report };
+enum class EventKind { arrival, step_end, scrape, kv_events, share_load, peer_report, retry };
 
 struct Event {
   Time t;
   uint64_t seq;
   EventKind kind;
-  size_t replica;
+  size_t replica;  // step_end, kv_events: the replica; retry: the request's id
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
@@ -159,6 +160,7 @@ class Simulation {
         case EventKind::kv_events: on_kv_events(e.replica); break;
         case EventKind::share_load: on_share_load(); break;
         case EventKind::peer_report: on_peer_report(); break;
+        case EventKind::retry: on_retry(e.replica); break;
       }
     }
     FleetResult r;
@@ -183,6 +185,7 @@ class Simulation {
     r.engine_cached_tokens = engine_cached_;
     r.kv_event_batches = kv_batches_;
     r.peer_reports = peer_reports_;
+    r.client_retries = client_retries_;
     for (size_t k = 0; k < 3; ++k)
       r.by_source[k] = {by_source_[k][0], by_source_[k][1], by_source_[k][2]};
     r.prefix_hit_rate = q ? double(h) / double(q) : 0.0;
@@ -217,7 +220,7 @@ class Simulation {
   bool done() const {
     for (const auto& q : gateway_queue_)
       if (!q.empty()) return false;
-    return exhausted_ && flights_.empty() && parked_.empty() && pending_.empty();
+    return exhausted_ && flights_.empty() && parked_.empty() && pending_.empty() && retrying_.empty();
   }
 
   TenantId tenant_id(const std::string& name) {
@@ -229,7 +232,39 @@ class Simulation {
     WorkloadRequest req = std::move(pending_.front());
     pending_.pop_front();
     if (!closed_loop()) pull_next(now_);
-    const uint64_t id = next_id_++;
+    admit(std::move(req), next_id_++, now_);
+  }
+
+  // A refused request whose client comes back: admitted again as a new arrival, its times still
+  // counted from its first attempt.
+  void on_retry(uint64_t id) {
+    auto it = retrying_.find(id);
+    if (it == retrying_.end()) return;
+    Queued q = std::move(it->second);
+    retrying_.erase(it);
+    admit(std::move(q.req), q.id, q.sent);
+  }
+
+  // True when the client of this refused request retries it (FleetConfig::client_retries) after
+  // `wait` (the Retry-After the gateway answered; 0: none, not retried): it is held until then and
+  // nothing is recorded yet.
+  bool retry_later(WorkloadRequest& req, uint64_t id, Time sent, Duration wait) {
+    if (cfg_.client_retries <= 0 || wait <= Duration::zero() || wait > std::chrono::seconds(60)) return false;
+    int& tries = tries_[id];
+    if (tries >= cfg_.client_retries) {
+      tries_.erase(id);
+      return false;
+    }
+    ++tries;
+    ++client_retries_;
+    retrying_.emplace(id, Queued{std::move(req), id, sent});
+    push(now_ + wait, EventKind::retry, static_cast<size_t>(id));
+    return true;
+  }
+
+  // Every arrival (a first attempt at `sent` = now, or a client's retry): the admission queue, the
+  // gateway queue, or a dispatch.
+  void admit(WorkloadRequest req, uint64_t id, Time sent) {
     const size_t g = next_gateway_;  // round robin, as the load balancer in front of the gateways
     next_gateway_ = (next_gateway_ + 1) % gateways_.size();
     if (fair_) {  // as the live gateway: every request passes the admission queue
@@ -241,22 +276,25 @@ class Simulation {
       q.cookie = id;
       auto placed = fair_->enqueue(q, saturated(), now_, admission_rng_);
       if (!placed.ok()) {
+        if (placed.denial->should_retry && retry_later(req, id, sent, placed.denial->retry_after)) return;
         Flight f;
+        f.id = id;
         f.tenant = req.tenant;
-        f.sent = f.dispatched = now_;
+        f.sent = sent;
+        f.dispatched = now_;
         record(f, placed.denial->error.status);
         return;
       }
       dispatcher_->on_queued(id, router_->config().name, q.tenant, q.weight, q.priority, now_);
-      parked_.emplace(id, Queued{std::move(req), id, now_});
+      parked_.emplace(id, Queued{std::move(req), id, sent});
       drain();
       return;
     }
     if (saturated(g)) {
-      gateway_queue_[g].push_back(Queued{std::move(req), id, now_});
+      gateway_queue_[g].push_back(Queued{std::move(req), id, sent});
       return;
     }
-    dispatch(g, std::move(req), id, now_);
+    dispatch(g, std::move(req), id, sent);
   }
 
   // The live gateway's rule (admission_driver.cpp): the pool is saturated when every healthy
@@ -306,13 +344,17 @@ class Simulation {
     f.sent = sent;
     f.dispatched = now_;
     f.input_tokens = int64_t(er.prompt.size());
-    if (ranked.empty()) {
+    if (ranked.empty()) {  // 503 no_endpoint, the gateway's jittered 1 s Retry-After (proxy.cpp)
       if (dispatcher_) dispatcher_->on_finished(id, now_);
+      if (cfg_.client_retries > 0 && retry_later(req, id, sent, jittered(std::chrono::seconds(1), client_rng_))) return;
       record(f, 503);
       return;
     }
     if (shed_advised(ranked, 0)) {  // refused as the gateway does (429 over_slo; no priorities here)
       if (dispatcher_) dispatcher_->on_finished(id, now_);
+      if (cfg_.client_retries > 0 &&
+          retry_later(req, id, sent, over_slo_denial(std::chrono::seconds(1), client_rng_).retry_after))
+        return;
       record(f, 429);
       return;
     }
@@ -479,6 +521,7 @@ class Simulation {
   }
 
   void record(const Flight& f, int status) {
+    if (cfg_.client_retries > 0) tries_.erase(f.id);
     RequestRecord r;
     r.tenant = f.tenant;
     r.status = status;
@@ -520,11 +563,14 @@ class Simulation {
       auto it = parked_.find(x.cookie);
       if (it == parked_.end()) continue;
       Flight f;
+      f.id = x.cookie;
       f.tenant = it->second.req.tenant;
       f.sent = it->second.sent;
       f.dispatched = now_;
+      Queued q = std::move(it->second);
       parked_.erase(it);
       dispatcher_->on_left_queue(x.cookie, now_);
+      if (x.denial.should_retry && retry_later(q.req, q.id, q.sent, x.denial.retry_after)) continue;
       record(f, x.denial.error.status);
     }
   }
@@ -576,6 +622,10 @@ class Simulation {
   std::unordered_map<uint64_t, Queued> parked_;  // in `fair_`, by id (the queue's cookie)
   std::unordered_map<std::string, TenantId> tenant_ids_;
   AdmissionRng admission_rng_{7};
+  AdmissionRng client_rng_{11};  // the Retry-After jitter of refusals outside the admission queue
+  std::unordered_map<uint64_t, Queued> retrying_;  // refused, their clients coming back (client_retries)
+  std::unordered_map<uint64_t, int> tries_;        // retries so far, by request id
+  int64_t client_retries_ = 0;
   std::unordered_map<uint64_t, Flight> flights_;
   HotPrefixProbe hot_;
   std::vector<RequestRecord> records_;
@@ -640,10 +690,11 @@ std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
   out += fmt::format("\"fleet\":{{\"prefix_hit_rate\":{:.6g},\"preemptions\":{},\"picks_min\":{},\"picks_max\":{},"
                      "\"mean_kv_usage\":{:.6g},\"steps\":{},\"virtual_s\":{:.6g},\"wall_s\":{:.6g},"
                      "\"predicted_cached_tokens\":{},\"engine_cached_tokens\":{},\"kv_event_batches\":{},\"peer_reports\":{},"
+                     "\"client_retries\":{},"
                      "\"by_source\":{{\"learned\":[{},{},{}],\"events\":[{},{},{}],\"recent\":[{},{},{}]}}}},",
                      r.prefix_hit_rate, r.preemptions, r.picks_min, r.picks_max, r.mean_kv_usage, r.steps,
                      r.virtual_seconds, r.wall_seconds, r.predicted_cached_tokens, r.engine_cached_tokens,
-                     r.kv_event_batches, r.peer_reports, r.by_source[0][0], r.by_source[0][1], r.by_source[0][2], r.by_source[1][0],
+                     r.kv_event_batches, r.peer_reports, r.client_retries, r.by_source[0][0], r.by_source[0][1], r.by_source[0][2], r.by_source[1][0],
                      r.by_source[1][1], r.by_source[1][2], r.by_source[2][0], r.by_source[2][1], r.by_source[2][2]);
   out += hot_prefix_json(r);
   out += "\"figures\":" + workload::to_json(r.figures) + "}";

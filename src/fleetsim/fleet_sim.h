@@ -18,6 +18,13 @@
 // (core/admission: VTC fairness between tenants, 30 s queue TTL -> 503, output charged as it
 // streams) with the live gateway's FairShare of the slots (unless `fair_share` is off).
 // The `oracle` policy is OraclePolicy with its callback wired to the replicas' true KV caches.
+// Client retries (`client_retries` > 0): a refused request (429 over_slo / queue_full, 503
+// no_endpoint / queue_timeout: anything the gateway answers with a Retry-After) comes back after that
+// Retry-After, jittered by the gateway's own rule (core/admission/outcome.h), up to `client_retries`
+// times, as the OpenAI SDKs do (max_retries 2 by default; they honour retry-after-ms up to 60 s).
+// Its times count from the first attempt, so a served retry carries the wait in its TTFT; only its
+// last outcome is recorded. Without it a refused request is simply gone, which flatters a policy
+// that refuses (its shed load never returns).
 //
 // Gateway replicas (`gateways` > 1, issue 15): arrivals are split round robin between N gateways,
 // each with its own PoolRouter and policy (its own learned prefix index and in-flight accounting;
@@ -75,6 +82,7 @@ struct FleetConfig {
   // explanation (PoolRouter::explain_json before the pick: the policy ranks twice per request, so a
   // randomised policy, random or power_of_two, draws differently than without it).
   int trace = 0;
+  int client_retries = 0;                // a refused request comes back after its Retry-After, this many times
 };
 
 struct FleetResult {
@@ -91,6 +99,7 @@ struct FleetResult {
   int64_t predicted_cached_tokens = 0, engine_cached_tokens = 0;
   int64_t kv_event_batches = 0;          // delivered to each gateway
   int64_t peer_reports = 0;              // load reports sent (each delivered to every other gateway)
+  int64_t client_retries = 0;            // refused requests that came back (FleetConfig::client_retries)
   // The same per source of the prediction (learned, events, recent: KvEventIndex::Source), with
   // the number of requests: {predicted, engine cached, requests}.
   std::array<std::array<int64_t, 3>, 3> by_source{};

@@ -49,6 +49,7 @@ struct Flags {
   double kv_event_delay_ms = 10, kv_recent_window_ms = 2000;
   bool share_load = false;
   double share_load_delay_ms = 2, share_load_interval_ms = 5;
+  int client_retries = 0;
 };
 
 std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
@@ -97,6 +98,8 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   c.share_load = f.share_load;
   c.share_load_delay = from_millis(f.share_load_delay_ms);
   c.share_load_interval = from_millis(f.share_load_interval_ms);
+  if (f.client_retries < 0 || f.client_retries > 10) return std::string("--client-retries must be in [0, 10]");
+  c.client_retries = f.client_retries;
   for (const auto& i : f.index)
     if (i != "learned" && i != "events") return "--index is learned|events, got '" + i + "'";
   return c;
@@ -174,13 +177,13 @@ int run(const Flags& f) {
     fmt::print("workload: {}\n", results[0] ? results[0]->workload_description : f.workload);
     fmt::print("{}", workload::to_table(rows));
     const bool hot = results[0] && !results[0]->hot_group.empty();
-    fmt::print("\n{:>14}  {:>6}  {}{:>9}  {:>11}  {:>13}  {:>9}{}{}\n", "policy", "rate",
+    fmt::print("\n{:>14}  {:>6}  {}{:>9}  {:>11}  {:>13}  {:>9}{}{}{}\n", "policy", "rate",
                multi ? fmt::format("{:>8}  {:>7}  ", "gateways", "index") : std::string(), "hit rate", "preemptions",
                "picks min/max", "mean kv", multi ? "  pred/engine cached" : "",
-               hot ? "  hot holders mean/max (receivers/s)" : "");
+               hot ? "  hot holders mean/max (receivers/s)" : "", f.client_retries > 0 ? "  client retries" : "");
     for (size_t i = 0; i < runs.size(); ++i)
       if (results[i])
-        fmt::print("{:>14}  {:>6}  {}{:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%{}{}\n", runs[i].policy,
+        fmt::print("{:>14}  {:>6}  {}{:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%{}{}{}\n", runs[i].policy,
                    results[i]->figures.labels[2].second,
                    multi ? fmt::format("{:>8}  {:>7}  ", runs[i].gateways, index_label(runs[i]))
                          : std::string(),
@@ -194,7 +197,8 @@ int run(const Flags& f) {
                          : std::string(),
                    hot ? fmt::format("  {:>10.1f}/{} ({:.1f})", results[i]->hot_holders_mean(),
                                      results[i]->hot_holders_max(), results[i]->hot_receivers_mean())
-                       : std::string());
+                       : std::string(),
+                   f.client_retries > 0 ? fmt::format("  {:>14}", results[i]->client_retries) : std::string());
     if (f.tenants)
       for (size_t i = 0; i < runs.size(); ++i)
         if (results[i])
@@ -267,6 +271,11 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--queue-ttl-ms", flags->queue_ttl_ms,
                   "With --fair-queue: the queue-time budget; a request queued longer leaves with 503 (the gateway's "
                   "admission.queue TTL)")
+      ->capture_default_str();
+  cmd->add_option("--client-retries", flags->client_retries,
+                  "Clients retry a refused request (429/503 with a Retry-After) after its Retry-After, this many times, "
+                  "as the OpenAI SDKs do (2 by default there); its TTFT counts from the first attempt (0: a refused "
+                  "request is gone)")
       ->capture_default_str();
   cmd->add_option("--slo-ttft-ms", flags->slo_ttft_ms, "Goodput SLO on TTFT")->capture_default_str();
   cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();

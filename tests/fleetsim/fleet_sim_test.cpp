@@ -304,3 +304,39 @@ TEST(FleetSim, GatewayReplicasWithKvEventsRouteAsOne) {
 
 }  // namespace
 }  // namespace sluice::fleetsim
+
+namespace sluice::fleetsim {
+namespace {
+
+// Client retries (FleetConfig::client_retries): a request sluice sheds (429 over_slo) comes back
+// after its Retry-After (the gateway's 1 s base, jittered), up to the limit, and only its last
+// outcome is recorded. Some come back to a pool with room and are served, with the wait in their
+// TTFT; without retries every shed request is simply gone.
+TEST(FleetSim, ShedRequestsComeBackAfterTheirRetryAfter) {
+  FleetConfig c;
+  c.replicas = 8;
+  c.policy = "sluice";
+  c.workload = "hot_prefix";
+  c.arrivals.rate = 200;  // past the 8 replicas' ~115 req/s within the SLO
+  c.limits.max_requests = 1200;
+  c.seed = 3;
+  const FleetResult gone = run_ok(c);
+  c.client_retries = 2;
+  const FleetResult back = run_ok(c);
+  const FleetResult again = run_ok(c);
+  ASSERT_GT(gone.figures.by_status.count(429), 0u) << "the load must be past what sluice serves within the SLO";
+  const size_t shed = gone.figures.by_status.at(429);
+  EXPECT_EQ(gone.client_retries, 0);
+  EXPECT_EQ(back.figures.requests, 1200u);  // one record per request, however often it was sent
+  EXPECT_GT(back.client_retries, 0);
+  EXPECT_GT(back.figures.ok, gone.figures.ok);  // some retries were served
+  EXPECT_GE(back.figures.ttft.max, 1.0);        // ... after waiting out the Retry-After
+  const size_t still_shed = back.figures.by_status.count(429) ? back.figures.by_status.at(429) : 0;
+  EXPECT_LE(back.client_retries, 2 * static_cast<int64_t>(shed + back.figures.ok));
+  EXPECT_LT(still_shed, back.figures.requests - back.figures.ok + 1);
+  EXPECT_EQ(again.client_retries, back.client_retries);  // deterministic for a seed
+  EXPECT_EQ(again.figures.ok, back.figures.ok);
+}
+
+}  // namespace
+}  // namespace sluice::fleetsim
