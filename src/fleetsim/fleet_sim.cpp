@@ -250,11 +250,8 @@ class Simulation {
   // nothing is recorded yet.
   bool retry_later(WorkloadRequest& req, uint64_t id, Time sent, Duration wait) {
     if (cfg_.client_retries <= 0 || wait <= Duration::zero() || wait > std::chrono::seconds(60)) return false;
-    int& tries = tries_[id];
-    if (tries >= cfg_.client_retries) {
-      tries_.erase(id);
-      return false;
-    }
+    int& tries = tries_[id];  // erased when its outcome is recorded
+    if (tries >= cfg_.client_retries) return false;
     ++tries;
     ++client_retries_;
     retrying_.emplace(id, Queued{std::move(req), id, sent});
@@ -353,7 +350,7 @@ class Simulation {
     if (shed_advised(ranked, 0)) {  // refused as the gateway does (429 over_slo; no priorities here)
       if (dispatcher_) dispatcher_->on_finished(id, now_);
       if (cfg_.client_retries > 0 &&
-          retry_later(req, id, sent, over_slo_denial(std::chrono::seconds(1), client_rng_).retry_after))
+          retry_later(req, id, sent, over_slo_denial(shed_retry_base(ranked), client_rng_).retry_after))
         return;
       record(f, 429);
       return;
@@ -521,7 +518,10 @@ class Simulation {
   }
 
   void record(const Flight& f, int status) {
-    if (cfg_.client_retries > 0) tries_.erase(f.id);
+    int retries = 0;
+    if (cfg_.client_retries > 0) {
+      if (auto it = tries_.find(f.id); it != tries_.end()) retries = it->second, tries_.erase(it);
+    }
     RequestRecord r;
     r.tenant = f.tenant;
     r.status = status;
@@ -531,14 +531,15 @@ class Simulation {
     r.queue = f.dispatched - f.sent;
     r.input_tokens = f.input_tokens;
     r.output_tokens = f.output_tokens;
-    if (cfg_.trace > 0) trace_line(f, r);
+    if (cfg_.trace > 0) trace_line(f, r, retries);
     records_.push_back(std::move(r));
     if (status != 200 && closed_loop()) pull_next(now_);
   }
 
   // One request of the trace: what it was, where it went, what the index predicted and the engine
-  // found, and how it fared (times in ms; ttft_ms null without a first token).
-  void trace_line(const Flight& f, const RequestRecord& r) {
+  // found, and how it fared (times in ms, from its first attempt; ttft_ms null without a first token;
+// with client retries, how often its client sent it again).
+  void trace_line(const Flight& f, const RequestRecord& r, int retries) {
     auto& out = trace_;
     out += fmt::format("{{\"id\":{},\"policy\":", f.id);
     append_json_string(out, cfg_.policy);
@@ -553,6 +554,7 @@ class Simulation {
         f.endpoint >= 0 ? f.predicted_cached : 0, f.engine_cached, r.status);
     out += r.ttft ? fmt::format("{:.3f}", to_millis(*r.ttft)) : std::string("null");
     out += fmt::format(",\"e2e_ms\":{:.3f}", to_millis(r.e2e));
+    if (cfg_.client_retries > 0) out += fmt::format(",\"retries\":{}", retries);
     if (!f.explain.empty()) out += ",\"explain\":" + f.explain;
     out += "}\n";
   }

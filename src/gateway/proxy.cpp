@@ -283,7 +283,7 @@ asio::awaitable<bool> RequestLife::run() {
   // The picker found every endpoint too loaded to serve it within the SLO (policy.h, shed_advised).
   if (shed_advised(candidates, admitted.priority)) {
     thread_local AdmissionRng rng{std::random_device{}()};
-    const Denial d = over_slo_denial(std::chrono::seconds(1), rng);
+    const Denial d = over_slo_denial(shed_retry_base(candidates), rng);
     ResponseHeaders h;
     for (auto& [k, v] : d.headers()) h.emplace_back(std::string(k), std::move(v));
     co_return co_await reject(d.error, Reason::over_slo, h);

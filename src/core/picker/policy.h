@@ -39,12 +39,22 @@ struct Candidate {
   // Set on the first candidate only: the policy advises refusing the request (sluice's shedding:
   // it would miss its latency SLO on every endpoint because of their load). See shed_advised.
   bool shed = false;
+  // With shed: when the policy expects the request to meet its SLO, in ms (the Retry-After base of
+  // the refusal; 0: no estimate). See shed_retry_base.
+  double retry_after_ms = 0;
 };
 
 // Every driver (the gateway, the Endpoint Picker, fleetsim) sheds by this one rule: the policy
 // advised it and the request's priority is not positive (critical requests are served late instead).
 inline bool shed_advised(std::span<const Candidate> ranked, int priority) {
   return !ranked.empty() && ranked.front().shed && priority <= 0;
+}
+
+// The Retry-After base of a request shed on the policy's advice (before the refusal's jitter): the
+// policy's estimate of when it would meet its SLO, or 1 s where the policy gave none.
+inline Duration shed_retry_base(std::span<const Candidate> ranked) {
+  if (ranked.empty() || !(ranked.front().retry_after_ms > 0)) return std::chrono::seconds(1);
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(ranked.front().retry_after_ms));
 }
 
 // One named term of a policy's judgement of one endpoint, for explanations (/debug/pick).

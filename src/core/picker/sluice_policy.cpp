@@ -410,6 +410,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   const double miss = p.miss_price > 0 ? p.miss_price * (p.ttft_slo_ms + output * p.itl_slo_ms) : kMissesSlo;
   double pace_sum = 0;  // the endpoints' batch ITLs (ms), phi's numerator
   bool any_meets = false;
+  double soonest_meets = std::numeric_limits<double>::infinity();  // ms until it would meet the SLO somewhere
   double most_cached = 0;  // the longest cached prefix of the request on any endpoint (tokens)
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
@@ -499,6 +500,16 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     }
     any_meets |= serves;
     most_cached = std::max(most_cached, in.cached);
+    if (!serves) [[unlikely]] {
+      // When it would meet the SLO here (the Retry-After of a shed request, header): the TTFT excess
+      // drains with the queue ahead; an ITL over the pace falls as that share of the batch leaves,
+      // its decoders' remaining outputs spread over [0, 2 R / B] tokens of itl ms each. (Met but not
+      // served, shed 2: as soon as the batch moves.)
+      double wait = std::max(0.0, cost.ttft_ms - p.ttft_slo_ms);
+      if (!embed && in.output > 1 && itl > p.itl_slo_ms)
+        wait = std::max(wait, (1.0 - p.itl_slo_ms / itl) * 2.0 * in.remaining / std::max(1.0, in.decoding + in.queued) * itl);
+      soonest_meets = std::min(soonest_meets, meets_slo ? 0.0 : wait);
+    }
     e.total = cost.total();
     e.score = -e.total - (meets_slo ? 0.0 : miss);
     e.premium = -1;
@@ -527,6 +538,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   }
   // Shedding (header): no endpoint meets the SLO, and alone the request would (the load is why).
   shed_advice_ = false;
+  // One engine step (its floor, c0 + W): no engine state changes sooner.
+  shed_wait_ms_ = std::clamp(soonest_meets, p.c0_ms + p.w_ms, kShedRetryMaxMs);
   if (p.shed > 0 && !any_meets && !embed && !endpoints.empty()) {
     SluiceInputs alone;
     alone.input = input;
@@ -582,7 +595,10 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
     const Eval& e = evals_[item.pos];
     out.push_back({endpoints[item.pos].index, e.score, e.cached, e.saturated});
   }
-  if (shed_advice_ && !out.empty()) out.front().shed = true;  // shedding (header, evaluate())
+  if (shed_advice_ && !out.empty()) {  // shedding (header, evaluate())
+    out.front().shed = true;
+    out.front().retry_after_ms = shed_wait_ms_;
+  }
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {

@@ -224,7 +224,16 @@
 // with no queue and no batch, <= ttft_slo_ms, and its ITL alone <= itl_slo_ms: an SLO no engine step
 // can meet sheds nothing), the load is what makes it miss: the first
 // candidate carries Candidate::shed and the drivers refuse the request (429 over_slo, a jittered
-// Retry-After; shed_advised in policy.h: never a request of positive priority). Served, it would
+// Retry-After; shed_advised in policy.h: never a request of positive priority). The Retry-After's
+// base (Candidate::retry_after_ms, shed_retry_base in policy.h) is when the request would meet the
+// SLO at the endpoint nearest to it: its TTFT excess, ttft_ms - ttft_slo_ms (the queue ahead drains
+// that long first), and where its ITL is past the pace, the time the share 1 - itl_slo_ms / itl of
+// the batch takes to finish, (1 - itl_slo_ms / itl) x 2 R / B x itl (remaining outputs spread over
+// [0, 2 R / B]); at least one engine step (c0 + W: nothing on an engine changes sooner), at most
+// 30 s. The load that sheds a request is mostly a queue a few tens of ms past the SLO: with clients
+// that retry as the OpenAI SDKs do (fleetsim --client-retries 2), the fixed 1 s base it replaced
+// made every served retry miss the 1 s TTFT SLO (hot prefix 8 replicas, seed 2, 160 req/s: goodput
+// 98, TTFT p90 1.16 s; with the estimate 114 and 104 ms; bench/results/README.md, round 24). Served, it would
 // be late anyway and would slow the requests that can still make it; refused, the pool stays at
 // the rate it can serve within the SLO, and the client comes back when told. A request too long to
 // meet the SLO even alone is never shed (its lateness is its own, not the pool's). No threshold:
@@ -440,6 +449,9 @@ class SluicePolicy : public Policy {
   // The last evaluation advises shedding: no endpoint meets the SLO, and alone on an idle endpoint
   // holding its longest cached prefix the request would (shedding, header).
   bool shed_advice_ = false;
+  // With it, the shed request's Retry-After base (header): the soonest it would meet the SLO.
+  double shed_wait_ms_ = 0;
+  static constexpr double kShedRetryMaxMs = 30000.0;
   const char* last_text_ = nullptr;
   size_t last_text_size_ = 0;
   double pool_arrivals(size_t endpoints) const;           // the pool's mean, per endpoint

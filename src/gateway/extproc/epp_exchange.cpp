@@ -350,7 +350,7 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   // Every endpoint (the subset's too) is too loaded to serve it within the SLO (policy.h, shed_advised).
   if (shed_advised(ranked, admitted.priority)) {
     thread_local AdmissionRng rng{std::random_device{}()};
-    const Denial d = over_slo_denial(std::chrono::seconds(1), rng);
+    const Denial d = over_slo_denial(shed_retry_base(ranked), rng);
     EppHeaders extra;
     for (auto& [k, v] : d.headers()) extra.emplace_back(std::string(k), std::move(v));
     return reject(d.error, Reason::over_slo, std::move(extra), epp::dropped_reason(d.reason));

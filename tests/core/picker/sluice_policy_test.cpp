@@ -543,6 +543,30 @@ TEST(SluiceShed, ARequestEveryEndpointIsTooLoadedToServeInTheSloIsShed) {
   EXPECT_EQ(c[0].endpoint, 2u);
 }
 
+// A shed request's Retry-After base is when it would meet the SLO: the TTFT excess of the endpoint
+// nearest to it drains with its queue (60,000 more queued tokens: ~1.3 s later at beta 0.022 ms a
+// token), never under one engine step; without an estimate the drivers keep the 1 s base.
+TEST(SluiceShed, TheRetryAfterIsWhenTheQueueAheadHasDrainedToTheSlo) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(3);
+  std::string t = prompt('r', 4000);
+  auto shed_at = [&](double queued) {
+    for (auto& l : pool.loads) l.prefill_tokens = static_cast<int64_t>(queued), l.prefill_requests = 30, l.in_flight = 30;
+    pool.loads[2].prefill_tokens += 6000;  // not the nearest
+    auto c = testing::rank(p, pool, testing::chat(t, 1000));
+    EXPECT_TRUE(c[0].shed);
+    return c;
+  };
+  const auto near = shed_at(60000), far = shed_at(120000);
+  const SluiceParams d;
+  EXPECT_GE(near[0].retry_after_ms, d.c0_ms + d.w_ms);
+  EXPECT_NEAR(far[0].retry_after_ms - near[0].retry_after_ms, 60000 * d.beta_ms, 0.3 * 60000 * d.beta_ms);
+  EXPECT_EQ(near[1].retry_after_ms, 0.0);  // on the first candidate only
+  EXPECT_EQ(shed_retry_base(far), std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(far[0].retry_after_ms)));
+  EXPECT_EQ(shed_retry_base(std::vector<Candidate>{Candidate{}}), std::chrono::seconds(1));
+  EXPECT_EQ(shed_retry_base({}), std::chrono::seconds(1));
+}
+
 // Missing the ITL SLO everywhere sheds too: both batches read so much KV per step that joining
 // either is past the 50 ms pace.
 TEST(SluiceShed, EveryBatchPastTheItlPaceSheds) {
@@ -552,6 +576,10 @@ TEST(SluiceShed, EveryBatchPastTheItlPaceSheds) {
   std::string t = prompt('i', 4000);
   auto c = testing::rank(p, pool, testing::chat(t, 1000));
   EXPECT_TRUE(c[0].shed);
+  // Its Retry-After: while the share of the batch that puts it past the pace finishes (their ~20
+  // remaining tokens each at ~50+ ms): between one step and a few seconds.
+  EXPECT_GT(c[0].retry_after_ms, 10.0);
+  EXPECT_LT(c[0].retry_after_ms, 5000.0);
   pool.loads[1] = EndpointLoad{};
   EXPECT_FALSE(testing::rank(p, pool, testing::chat(t, 1000))[0].shed);
 }
