@@ -546,8 +546,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     alone.output = output;
     alone.cached = most_cached;
     // Its ITL alone too: an ITL SLO under one engine step is never met, and sheds nothing.
-    shed_advice_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0) <= p.ttft_slo_ms &&
-                   (output <= 1 || sluice_itl_ms(p, alone) <= p.itl_slo_ms);
+    shed_alone_ms_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0);
+    shed_advice_ = shed_alone_ms_ <= p.ttft_slo_ms && (output <= 1 || sluice_itl_ms(p, alone) <= p.itl_slo_ms);
   }
   // phi for the decisions after this request's dispatch (on_dispatch): the pool's mean batch ITL over
   // the ITL SLO. However often a request is ranked (explain_json ranks it once more), every ranking
@@ -596,8 +596,14 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
     out.push_back({endpoints[item.pos].index, e.score, e.cached, e.saturated});
   }
   if (shed_advice_ && !out.empty()) {  // shedding (header, evaluate())
+    // The requests shed before this one come back first: their prefill (alone), less what the
+    // endpoints have served since (each a ms of work per ms), spread over the endpoints.
+    const double n = static_cast<double>(endpoints.size());
+    shed_backlog_ms_ = std::max(0.0, shed_backlog_ms_ - std::max(0.0, to_millis(now - shed_backlog_at_)) * n);
+    shed_backlog_at_ = now;
     out.front().shed = true;
-    out.front().retry_after_ms = shed_wait_ms_;
+    out.front().retry_after_ms = std::min(kShedRetryMaxMs, shed_wait_ms_ + shed_backlog_ms_ / n);
+    shed_backlog_ms_ += shed_alone_ms_;
   }
 }
 

@@ -229,8 +229,13 @@
 // SLO at the endpoint nearest to it: its TTFT excess, ttft_ms - ttft_slo_ms (the queue ahead drains
 // that long first), and where its ITL is past the pace, the time the share 1 - itl_slo_ms / itl of
 // the batch takes to finish, (1 - itl_slo_ms / itl) x 2 R / B x itl (remaining outputs spread over
-// [0, 2 R / B]); at least one engine step (c0 + W: nothing on an engine changes sooner), at most
-// 30 s. The load that sheds a request is mostly a queue a few tens of ms past the SLO: with clients
+// [0, 2 R / B]); at least one engine step (c0 + W: nothing on an engine changes sooner); plus the
+// backlog of the requests shed before it, which come back first: their prefill alone, less what the
+// endpoints have worked off since (each a ms of work per ms), over the endpoints; at most 30 s.
+// Without the backlog a burst's refusals were all told the same few tens of ms and came back
+// together to a pool still full (40 ~4,000-token prompts at once, 2 replicas, the OpenAI SDK's 2
+// retries: 5 of 40 served; the fixed 1 s: 13; with it 35, test_openai_sdk.py). The load that sheds
+// a request under a steady overload is mostly a queue a few tens of ms past the SLO: with clients
 // that retry as the OpenAI SDKs do (fleetsim --client-retries 2), the fixed 1 s base it replaced
 // made every served retry miss the 1 s TTFT SLO (hot prefix 8 replicas, seed 2, 160 req/s: goodput
 // 98, TTFT p90 1.16 s; with the estimate 114 and 104 ms; bench/results/README.md, round 24). Served, it would
@@ -451,6 +456,11 @@ class SluicePolicy : public Policy {
   bool shed_advice_ = false;
   // With it, the shed request's Retry-After base (header): the soonest it would meet the SLO.
   double shed_wait_ms_ = 0;
+  double shed_alone_ms_ = 0;  // its prefill alone (the shed backlog's unit of work)
+  // The prefill of the requests shed and told to come back, not yet worked off (rank(): a burst's
+  // refusals are told to come back one after another, not all at once).
+  double shed_backlog_ms_ = 0;
+  Time shed_backlog_at_{};
   static constexpr double kShedRetryMaxMs = 30000.0;
   const char* last_text_ = nullptr;
   size_t last_text_size_ = 0;

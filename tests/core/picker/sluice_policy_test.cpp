@@ -567,6 +567,33 @@ TEST(SluiceShed, TheRetryAfterIsWhenTheQueueAheadHasDrainedToTheSlo) {
   EXPECT_EQ(shed_retry_base({}), std::chrono::seconds(1));
 }
 
+// A burst's refusals are told to come back one after another: each shed request's Retry-After adds
+// the prefill (alone) of those shed before it, spread over the endpoints, less what the endpoints
+// have worked off since; once that time has passed it is back to the estimate alone.
+TEST(SluiceShed, ABurstsRefusalsComeBackOneAfterAnother) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  for (auto& l : pool.loads) l.prefill_tokens = 60000, l.prefill_requests = 30, l.in_flight = 30;
+  std::string t = prompt('b', 4000);
+  const PickRequest req = testing::chat(t, 1000);
+  std::vector<Candidate> c;
+  auto v = pool.views();
+  std::vector<double> waits;
+  for (int i = 0; i < 5; ++i) {
+    p.rank(req, v, Time{}, c);
+    ASSERT_TRUE(c[0].shed);
+    waits.push_back(c[0].retry_after_ms);
+  }
+  const double step = waits[1] - waits[0];  // one request's prefill alone (1,000 tokens), over 2 endpoints
+  EXPECT_GT(step, 5.0);
+  for (int i = 2; i < 5; ++i) EXPECT_NEAR(waits[i] - waits[i - 1], step, 1e-6);
+  // 5 refused: 5 x 2 x step ms of work; after 2 x step ms the two endpoints have done 4 x step.
+  p.rank(req, v, Time{} + std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(2 * step)), c);
+  EXPECT_NEAR(c[0].retry_after_ms - waits[0], 3 * step, 1e-3);
+  p.rank(req, v, Time{} + std::chrono::seconds(60), c);
+  EXPECT_NEAR(c[0].retry_after_ms, waits[0], 1e-6);
+}
+
 // Missing the ITL SLO everywhere sheds too: both batches read so much KV per step that joining
 // either is past the 50 ms pace.
 TEST(SluiceShed, EveryBatchPastTheItlPaceSheds) {
