@@ -231,7 +231,9 @@
 // the batch takes to finish, (1 - itl_slo_ms / itl) x 2 R / B x itl (remaining outputs spread over
 // [0, 2 R / B]); at least one engine step (c0 + W: nothing on an engine changes sooner); plus the
 // backlog of the requests shed before it, which come back first: their prefill alone, less what the
-// endpoints have worked off since (each a ms of work per ms), over the endpoints; at most 30 s.
+// endpoints have worked off since (each a ms of work per ms), over the endpoints; at most 30 s
+// (a request of positive priority advised shed and served anyway counts too: it takes the capacity
+// the others wait for; gateway replicas each count their own refusals only).
 // Without the backlog a burst's refusals were all told the same few tens of ms and came back
 // together to a pool still full (40 ~4,000-token prompts at once, 2 replicas, the OpenAI SDK's 2
 // retries: 5 of 40 served; the fixed 1 s: 13; with it 35, test_openai_sdk.py). The load that sheds
