@@ -349,6 +349,7 @@ class Simulation {
     }
     if (shed_advised(ranked, 0)) {  // refused as the gateway does (429 over_slo; no priorities here)
       if (dispatcher_) dispatcher_->on_finished(id, now_);
+      router->on_shed(ranked, now_);
       if (cfg_.client_retries > 0 &&
           retry_later(req, id, sent, over_slo_denial(shed_retry_base(ranked), client_rng_).retry_after))
         return;

@@ -284,6 +284,7 @@ asio::awaitable<bool> RequestLife::run() {
   if (shed_advised(candidates, admitted.priority)) {
     thread_local AdmissionRng rng{std::random_device{}()};
     const Denial d = over_slo_denial(shed_retry_base(candidates), rng);
+    router_->on_shed(candidates, picked_at);
     ResponseHeaders h;
     for (auto& [k, v] : d.headers()) h.emplace_back(std::string(k), std::move(v));
     co_return co_await reject(d.error, Reason::over_slo, h);

@@ -42,6 +42,8 @@ struct Candidate {
   // With shed: when the policy expects the request to meet its SLO, in ms (the Retry-After base of
   // the refusal; 0: no estimate). See shed_retry_base.
   double retry_after_ms = 0;
+  // With shed: the request's prefill alone, in ms (what its return will cost; Policy::on_shed).
+  double shed_work_ms = 0;
 };
 
 // Every driver (the gateway, the Endpoint Picker, fleetsim) sheds by this one rule: the policy
@@ -76,6 +78,9 @@ class Policy {
                     std::vector<Candidate>& out) = 0;
   // The request was dispatched to `endpoint` (an index into the pool's endpoints).
   virtual void on_dispatch(const PickRequest& req, size_t endpoint, Time now) {}
+  // The request was refused on the policy's advice (shed_advised; `advised`: its first candidate):
+  // told to come back later.
+  virtual void on_shed(const Candidate& advised, Time now) {}
   // The pool's endpoint list was replaced (reload): learned state for the old indices is void.
   virtual void on_endpoints_reset(size_t count) {}
   // The policy's prefix index, if it keeps one (a reload carries it over to the new pool).

@@ -99,6 +99,12 @@ std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
   return out;
 }
 
+void PoolRouter::on_shed(std::span<const Candidate> ranked, Time now) {
+  if (ranked.empty()) return;
+  std::lock_guard lock(mu_);
+  policy_->on_shed(ranked.front(), now);
+}
+
 DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chosen, Time now) {
   DispatchGuard g;
   std::lock_guard lock(mu_);

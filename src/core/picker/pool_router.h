@@ -76,6 +76,9 @@ class PoolRouter {
   std::vector<Candidate> rank(const PickRequest& req, Time now);
   // Records a dispatch to `endpoint` (own accounting + the policy's learning).
   DispatchGuard dispatch(const PickRequest& req, const Candidate& chosen, Time now);
+  // Records that the driver refused a request on the policy's advice (shed_advised; `ranked`: its
+  // candidates): the policy counts it in the Retry-After of those shed after it (sluice_policy.h).
+  void on_shed(std::span<const Candidate> ranked, Time now);
 
   // Scraper and health checker inputs.
   void update_signals(size_t endpoint, EngineSignals signals);

@@ -598,13 +598,19 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
   if (shed_advice_ && !out.empty()) {  // shedding (header, evaluate())
     // The requests shed before this one come back first: their prefill (alone), less what the
     // endpoints have served since (each a ms of work per ms), spread over the endpoints.
+    // (on_shed adds a refused request's; ranking alone, as /debug/pick does, adds nothing.)
     const double n = static_cast<double>(endpoints.size());
     shed_backlog_ms_ = std::max(0.0, shed_backlog_ms_ - std::max(0.0, to_millis(now - shed_backlog_at_)) * n);
-    shed_backlog_at_ = now;
+    shed_backlog_at_ = std::max(shed_backlog_at_, now);
     out.front().shed = true;
     out.front().retry_after_ms = std::min(kShedRetryMaxMs, shed_wait_ms_ + shed_backlog_ms_ / n);
-    shed_backlog_ms_ += shed_alone_ms_;
+    out.front().shed_work_ms = shed_alone_ms_;
   }
+}
+
+void SluicePolicy::on_shed(const Candidate& advised, Time) {
+  // Its prefill alone joins the backlog (drained to the time of the latest ranking).
+  if (advised.shed) shed_backlog_ms_ += std::max(0.0, advised.shed_work_ms);
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {

@@ -232,8 +232,8 @@
 // [0, 2 R / B]); at least one engine step (c0 + W: nothing on an engine changes sooner); plus the
 // backlog of the requests shed before it, which come back first: their prefill alone, less what the
 // endpoints have worked off since (each a ms of work per ms), over the endpoints; at most 30 s
-// (a request of positive priority advised shed and served anyway counts too: it takes the capacity
-// the others wait for; gateway replicas each count their own refusals only).
+// (the drivers report each refusal, PoolRouter::on_shed; a ranking alone, /debug/pick's, adds
+// nothing; gateway replicas each count their own refusals only).
 // Without the backlog a burst's refusals were all told the same few tens of ms and came back
 // together to a pool still full (40 ~4,000-token prompts at once, 2 replicas, the OpenAI SDK's 2
 // retries: 5 of 40 served; the fixed 1 s: 13; with it 35, test_openai_sdk.py). The load that sheds
@@ -373,6 +373,7 @@ class SluicePolicy : public Policy {
   void rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
             std::vector<Candidate>& out) override;
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
+  void on_shed(const Candidate& advised, Time now) override;
   void on_endpoints_reset(size_t count) override {
     prefix_.reset(count);
     rate_ = PrefillRate{};
@@ -459,8 +460,8 @@ class SluicePolicy : public Policy {
   // With it, the shed request's Retry-After base (header): the soonest it would meet the SLO.
   double shed_wait_ms_ = 0;
   double shed_alone_ms_ = 0;  // its prefill alone (the shed backlog's unit of work)
-  // The prefill of the requests shed and told to come back, not yet worked off (rank(): a burst's
-  // refusals are told to come back one after another, not all at once).
+  // The prefill of the requests shed and told to come back (on_shed), not yet worked off (rank():
+  // a burst's refusals are told to come back one after another, not all at once).
   double shed_backlog_ms_ = 0;
   Time shed_backlog_at_{};
   static constexpr double kShedRetryMaxMs = 30000.0;

@@ -351,6 +351,7 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   if (shed_advised(ranked, admitted.priority)) {
     thread_local AdmissionRng rng{std::random_device{}()};
     const Denial d = over_slo_denial(shed_retry_base(ranked), rng);
+    router.on_shed(ranked, gw.now());
     EppHeaders extra;
     for (auto& [k, v] : d.headers()) extra.emplace_back(std::string(k), std::move(v));
     return reject(d.error, Reason::over_slo, std::move(extra), epp::dropped_reason(d.reason));

@@ -568,8 +568,9 @@ TEST(SluiceShed, TheRetryAfterIsWhenTheQueueAheadHasDrainedToTheSlo) {
 }
 
 // A burst's refusals are told to come back one after another: each shed request's Retry-After adds
-// the prefill (alone) of those shed before it, spread over the endpoints, less what the endpoints
-// have worked off since; once that time has passed it is back to the estimate alone.
+// the prefill (alone) of those refused before it (the drivers report each, on_shed), spread over the
+// endpoints, less what the endpoints have worked off since; once that time has passed it is back to
+// the estimate alone. A ranking that refuses nothing (/debug/pick's) adds nothing.
 TEST(SluiceShed, ABurstsRefusalsComeBackOneAfterAnother) {
   SluicePolicy p({}, PoolKind::chat);
   FakePool pool(2);
@@ -578,13 +579,21 @@ TEST(SluiceShed, ABurstsRefusalsComeBackOneAfterAnother) {
   const PickRequest req = testing::chat(t, 1000);
   std::vector<Candidate> c;
   auto v = pool.views();
+  p.rank(req, v, Time{}, c);
+  const double alone = c[0].retry_after_ms;
+  p.rank(req, v, Time{}, c);
+  EXPECT_EQ(c[0].retry_after_ms, alone);  // ranked, not refused
+  EXPECT_GT(c[0].shed_work_ms, 0.0);
   std::vector<double> waits;
   for (int i = 0; i < 5; ++i) {
     p.rank(req, v, Time{}, c);
     ASSERT_TRUE(c[0].shed);
     waits.push_back(c[0].retry_after_ms);
+    p.on_shed(c[0], Time{});
   }
+  EXPECT_EQ(waits[0], alone);
   const double step = waits[1] - waits[0];  // one request's prefill alone (1,000 tokens), over 2 endpoints
+  EXPECT_NEAR(step, c[0].shed_work_ms / 2, 1e-9);
   EXPECT_GT(step, 5.0);
   for (int i = 2; i < 5; ++i) EXPECT_NEAR(waits[i] - waits[i - 1], step, 1e-6);
   // 5 refused: 5 x 2 x step ms of work; after 2 x step ms the two endpoints have done 4 x step.
