@@ -16,6 +16,7 @@
 #include "core/picker/peer_report.h"
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
+#include "core/picker/shed_refusal.h"
 #include "core/prefix/kv_event_index.h"
 #include "core/openai/request.h"
 #include "fleetsim/hot_prefix_probe.h"
@@ -347,12 +348,9 @@ class Simulation {
       record(f, 503);
       return;
     }
-    if (shed_advised(ranked, 0)) {  // refused as the gateway does (429 over_slo; no priorities here)
+    if (auto d = shed_refusal(*router, ranked, 0, now_, client_rng_)) {  // as the gateway does (no priorities here)
       if (dispatcher_) dispatcher_->on_finished(id, now_);
-      router->on_shed(ranked, now_);
-      if (cfg_.client_retries > 0 &&
-          retry_later(req, id, sent, over_slo_denial(shed_retry_base(ranked), client_rng_).retry_after))
-        return;
+      if (retry_later(req, id, sent, d->retry_after)) return;
       record(f, 429);
       return;
     }

@@ -15,6 +15,7 @@
 #include "core/openai/response_fields.h"
 #include "core/openai/sse.h"
 #include "core/picker/pool_router.h"
+#include "core/picker/shed_refusal.h"
 #include "gateway/gateway.h"
 #include "gateway/http/http_util.h"
 #include "gateway/http/retry_after.h"
@@ -281,13 +282,11 @@ asio::awaitable<bool> RequestLife::run() {
                                         "server_error", {}, "no_endpoint"), Reason::no_endpoint, retry);
   }
   // The picker found every endpoint too loaded to serve it within the SLO (policy.h, shed_advised).
-  if (shed_advised(candidates, admitted.priority)) {
-    thread_local AdmissionRng rng{std::random_device{}()};
-    const Denial d = over_slo_denial(shed_retry_base(candidates), rng);
-    router_->on_shed(candidates, picked_at);
+  thread_local AdmissionRng shed_rng{std::random_device{}()};
+  if (auto d = shed_refusal(*router_, candidates, admitted.priority, picked_at, shed_rng)) {
     ResponseHeaders h;
-    for (auto& [k, v] : d.headers()) h.emplace_back(std::string(k), std::move(v));
-    co_return co_await reject(d.error, Reason::over_slo, h);
+    for (auto& [k, v] : d->headers()) h.emplace_back(std::string(k), std::move(v));
+    co_return co_await reject(d->error, Reason::over_slo, h);
   }
 
   // ---- previous_response_id: the state lives on the engine that stored it; only there ----

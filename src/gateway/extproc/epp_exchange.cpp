@@ -14,6 +14,7 @@
 #include "core/openai/models_list.h"
 #include "core/openai/response_fields.h"
 #include "core/openai/sse.h"
+#include "core/picker/shed_refusal.h"
 #include "gateway/gateway.h"
 #include "gateway/http/http_util.h"
 #include "gateway/pick_request.h"
@@ -348,13 +349,11 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
                      epp::kDroppedNoEndpoints);
   }
   // Every endpoint (the subset's too) is too loaded to serve it within the SLO (policy.h, shed_advised).
-  if (shed_advised(ranked, admitted.priority)) {
-    thread_local AdmissionRng rng{std::random_device{}()};
-    const Denial d = over_slo_denial(shed_retry_base(ranked), rng);
-    router.on_shed(ranked, gw.now());
+  thread_local AdmissionRng shed_rng{std::random_device{}()};
+  if (auto d = shed_refusal(router, ranked, admitted.priority, gw.now(), shed_rng)) {
     EppHeaders extra;
-    for (auto& [k, v] : d.headers()) extra.emplace_back(std::string(k), std::move(v));
-    return reject(d.error, Reason::over_slo, std::move(extra), epp::dropped_reason(d.reason));
+    for (auto& [k, v] : d->headers()) extra.emplace_back(std::string(k), std::move(v));
+    return reject(d->error, Reason::over_slo, std::move(extra), epp::dropped_reason(d->reason));
   }
   for (size_t i : allowed) candidates.push_back(ranked[i]);
   pool->health.on_request(gw.now());  // counted once it is sent on, as in proxy.cpp (the retry budget)
