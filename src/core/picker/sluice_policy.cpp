@@ -410,7 +410,6 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   const double miss = p.miss_price > 0 ? p.miss_price * (p.ttft_slo_ms + output * p.itl_slo_ms) : kMissesSlo;
   double pace_sum = 0;  // the endpoints' batch ITLs (ms), phi's numerator
   bool any_meets = false;
-  double soonest_meets = std::numeric_limits<double>::infinity();  // ms until it would meet the SLO somewhere
   double most_cached = 0;  // the longest cached prefix of the request on any endpoint (tokens)
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
@@ -504,11 +503,12 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       // When it would meet the SLO here (the Retry-After of a shed request, header): the TTFT excess
       // drains with the queue ahead; an ITL over the pace falls as that share of the batch leaves,
       // its decoders' remaining outputs spread over [0, 2 R / B] tokens of itl ms each. (Met but not
-      // served, shed 2: as soon as the batch moves.)
+      // served, shed 2: as soon as the batch moves.) Read below only when no endpoint serves it, so
+      // every endpoint's is then fresh.
       double wait = std::max(0.0, cost.ttft_ms - p.ttft_slo_ms);
       if (!embed && in.output > 1 && itl > p.itl_slo_ms)
         wait = std::max(wait, (1.0 - p.itl_slo_ms / itl) * 2.0 * in.remaining / std::max(1.0, in.decoding + in.queued) * itl);
-      soonest_meets = std::min(soonest_meets, meets_slo ? 0.0 : wait);
+      e.meets_in_ms = meets_slo ? 0.0 : wait;
     }
     e.total = cost.total();
     e.score = -e.total - (meets_slo ? 0.0 : miss);
@@ -538,9 +538,11 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   }
   // Shedding (header): no endpoint meets the SLO, and alone the request would (the load is why).
   shed_advice_ = false;
-  // One engine step (its floor, c0 + W): no engine state changes sooner.
-  shed_wait_ms_ = std::clamp(soonest_meets, p.c0_ms + p.w_ms, kShedRetryMaxMs);
   if (p.shed > 0 && !any_meets && !embed && !endpoints.empty()) {
+    double soonest_meets = std::numeric_limits<double>::infinity();  // ms until it would meet the SLO somewhere
+    for (size_t i = 0; i < endpoints.size(); ++i) soonest_meets = std::min(soonest_meets, evals_[i].meets_in_ms);
+    // One engine step (its floor, c0 + W): no engine state changes sooner.
+    shed_wait_ms_ = std::clamp(soonest_meets, p.c0_ms + p.w_ms, kShedRetryMaxMs);
     SluiceInputs alone;
     alone.input = input;
     alone.output = output;
@@ -603,14 +605,14 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
     shed_backlog_ms_ = std::max(0.0, shed_backlog_ms_ - std::max(0.0, to_millis(now - shed_backlog_at_)) * n);
     shed_backlog_at_ = std::max(shed_backlog_at_, now);
     out.front().shed = true;
-    out.front().retry_after_ms = std::min(kShedRetryMaxMs, shed_wait_ms_ + shed_backlog_ms_ / n);
-    out.front().shed_work_ms = shed_alone_ms_;
+    out.front().retry_after_ms = candidate_ms(std::min(kShedRetryMaxMs, shed_wait_ms_ + shed_backlog_ms_ / n));
+    out.front().shed_work_ms = candidate_ms(shed_alone_ms_);
   }
 }
 
 void SluicePolicy::on_shed(const Candidate& advised, Time) {
   // Its prefill alone joins the backlog (drained to the time of the latest ranking).
-  if (advised.shed) shed_backlog_ms_ += std::max(0.0, advised.shed_work_ms);
+  if (advised.shed) shed_backlog_ms_ += advised.shed_work_ms;
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {

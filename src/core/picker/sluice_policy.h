@@ -411,6 +411,7 @@ class SluicePolicy : public Policy {
     double premium = -1, steady = 0;
     double free = 0, copy_tokens = 0;  // F, and the tokens the copy allocates (C_d - C + O)
     double copy_users = 0;  // the requests the copy is forecast to serve (explain())
+    double meets_in_ms = 0;  // where it is not served: ms until it would meet the SLO here (shedding)
     bool fresh = false, saturated = false, meets_slo = true;
   };
   // Uncached tokens dispatched to one endpoint per ms, smoothed (the prefill duty's input).

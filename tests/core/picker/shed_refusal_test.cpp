@@ -45,7 +45,8 @@ TEST(ShedRefusal, RefusesWithThePolicysRetryAfterAndReportsTheRefusal) {
   EXPECT_GE(d->retry_after, shed_retry_base(ranked));
   EXPECT_LE(d->retry_after, shed_retry_base(ranked) * 5 / 4 + 10ms);
   const auto next = router.rank(req, t);
-  EXPECT_NEAR(next.front().retry_after_ms - ranked.front().retry_after_ms, ranked.front().shed_work_ms / 2, 1e-6);
+  // (whole ms, rounded up: within 1 ms of the exact sum)
+  EXPECT_NEAR(next.front().retry_after_ms - ranked.front().retry_after_ms, ranked.front().shed_work_ms / 2.0, 1.0);
   // Nothing is refused where the policy does not advise it.
   held.clear();
   EXPECT_FALSE(shed_refusal(router, router.rank(req, t), 0, t, rng).has_value());
