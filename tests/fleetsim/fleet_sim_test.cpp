@@ -235,7 +235,9 @@ namespace {
 // past 16k tokens, at 8 replicas, near the fleet's decode capacity (32 req/s). Without it the
 // policy's cold copies and crowded batches each looked free below the ITL pace, the extra prefill
 // took the fleet over it together, and most requests missed the SLO (round 18's cliff; seed 3 is
-// one where it tips at this rate).
+// one where it tips at this rate). Shedding by the batch's expected misses (shed 2, the default)
+// also holds the batches under the pace and hides the price's effect: both runs use shed 1, and
+// with shed 2 the price-less run stays in the SLO too, having shed what the price would have spread.
 TEST(FleetSim, TheWorkPriceKeepsAgentSessionsInTheSloNearCapacity) {
   FleetConfig c;
   c.replicas = 8;
@@ -244,12 +246,17 @@ TEST(FleetSim, TheWorkPriceKeepsAgentSessionsInTheSloNearCapacity) {
   c.arrivals.rate = 32;
   c.limits.max_requests = 2000;
   c.seed = 3;
+  c.policy_params["shed"] = 1;
   const FleetResult on = run_ok(c);
   c.policy_params["decode_bound_price"] = 0;
   const FleetResult off = run_ok(c);
   EXPECT_GT(on.figures.slo_attainment, 0.9);
   EXPECT_LT(off.figures.slo_attainment, 0.5);
   EXPECT_GT(on.figures.goodput_rps, 2 * off.figures.goodput_rps);
+  c.policy_params.erase("shed");
+  const FleetResult off_shed2 = run_ok(c);
+  EXPECT_GT(off_shed2.figures.slo_attainment, 0.9);
+  EXPECT_GT(off_shed2.figures.reject_rate, on.figures.reject_rate);
 }
 
 // The hot-prefix probe counts the replicas whose KV holds the hot prefix: round robin copies it onto

@@ -491,7 +491,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     // shed 2 (header, shedding): it serves the request here only where admitting it gains more
     // goodput than it costs the batch it joins.
     bool serves = meets_slo;
-    if (p.shed >= 2 && meets_slo && !embed && in.output > 1) [[unlikely]] {
+    if (p.shed >= 2 && meets_slo && !embed && in.output > 1) {
       const double sd = batch.itl.sd_ms;
       const double after = sluice_excess_probability(itl, sd, p.itl_slo_ms);
       const double before = sluice_excess_probability(batch.itl.mean_ms, sd, p.itl_slo_ms);

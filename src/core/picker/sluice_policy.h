@@ -219,7 +219,7 @@
 //            own queue and batch (Q, B, K) are exact and stay per endpoint.
 //   it misses when itl_ms > itl_slo_ms or ttft_ms > ttft_slo_ms. The same step time is the batch's:
 //   an endpoint it would push past the ITL SLO is one where it misses too.
-// Shedding (shed 1, the default): when the request would miss its SLO on every endpoint, and on an
+// Shedding (shed 1; the default, 2, below adds to it): when the request would miss its SLO on every endpoint, and on an
 // idle endpoint holding its longest cached prefix it would meet the SLO (its prefill alone, ttft_of
 // with no queue and no batch, <= ttft_slo_ms, and its ITL alone <= itl_slo_ms: an SLO no engine step
 // can meet sheds nothing), the load is what makes it miss: the first
@@ -249,16 +249,19 @@
 // sluice, spreading the overload evenly, kept 3-28%; shed, sluice keeps the pool at its capacity
 // (hot prefix 8 replicas, 200 req/s: goodput 31.6 -> 114.4 on seed 2, 20.7% of requests shed;
 // bench/results/README.md, round 22). 0: never shed (the request goes to the cheapest endpoint).
-// shed 2 (opt-in) sheds by the expected goodput of admitting: an endpoint where the request meets
-// the SLO serves it only if its chance of meeting the ITL SLO exceeds the expected new misses of
-// the batch it joins, 1 - P(itl_ms > itl_slo_ms) > B x (P(batch ITL after > SLO) - P(before > SLO))
-// (the decode price's normal model, sd of the batch's ITL). Past capacity shed 1 admits wherever a
-// request would itself just meet the pace, so the batches settle at the pace and about half of the
-// admitted still miss (agent sessions at 32 replicas, 160 req/s: attainment 0.50-0.64); shed 2
-// holds them below it (seed 3: goodput 72 -> 125, cache_aware 88). But near capacity it refuses
-// requests that would have met (hot prefix 32 replicas, 640 req/s: 2-3% shed where shed 1 serves
-// 100% within the SLO): the normal model's step-to-step spread overstates how often a request's
-// mean ITL over its life passes the pace. Hence not the default (bench/results/README.md, round 22).
+// shed 2 (the default since round 25) also sheds by the expected goodput of admitting: an endpoint
+// where the request meets the SLO serves it only if its chance of meeting the ITL SLO exceeds the
+// expected new misses of the batch it joins, 1 - P(itl_ms > itl_slo_ms) > B x (P(batch ITL after >
+// SLO) - P(before > SLO)) (the decode price's normal model, sd of the batch's ITL). Past capacity
+// shed 1 admits wherever a request would itself just meet the pace, so the batches settle at the
+// pace and about half of the admitted still miss (agent sessions at 32 replicas, 160 req/s:
+// attainment 0.50-0.64; KV pressure at 8 replicas, 90 req/s: 0.26-0.32); shed 2 holds them below
+// it (0.74-0.81 there). Round 22 kept it opt-in for a false alarm: at hot prefix 32 replicas,
+// 640 req/s it shed 2-3% where shed 1 served 100% within the SLO. That was the 8,000-request run
+// ending before the batches reached their steady size: run 3x longer (24,000 requests), shed 1
+// sheds 12% there and keeps 0.83 of requests in the SLO, shed 2 0.86 (560 req/s: 0.95 and 0.97).
+// And with clients that retry (as the SDKs do) shed 1's overload misses come back: the hard suite
+// loses 8 of 313 checked rates with shed 1, 4 with shed 2 (bench/results/README.md, round 25).
 // saturated: waiting (staleness rule) >= queue_limit; saturated endpoints rank after all others.
 // KV usage is priced (kv_ms), not a tier: an earlier "KV usage >= 0.97 ranks last" sent requests for
 // the prefixes a full replica held to replicas that did not hold them, and under KV pressure (every
@@ -271,7 +274,7 @@
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
 // priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier),
-// shed 1 (shedding, above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// shed 2 (shedding, above; 1: only where the request itself misses; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -303,8 +306,8 @@ struct SluiceParams {
   double default_output_tokens = 256;
   double mean_prompt_tokens = 512;
   double max_prefix_blocks = 8192;
-  double shed = 1;                // refuse requests that would miss the SLO everywhere because of load (0: off;
-                                  // 2: also where admitting costs the batch more than it gains)
+  double shed = 2;                // refuse requests that would miss the SLO everywhere because of load, or where
+                                  // admitting costs the batch more than it gains (1: only the former; 0: off)
   static SluiceParams from(PolicyParams& p);
 };
 

@@ -640,13 +640,15 @@ TEST(SluiceShed, ARequestTooLongToMeetTheSloAloneIsNeverShed) {
   EXPECT_TRUE(c[0].shed);
 }
 
-// shed 2: a batch just under the ITL pace, where the request itself would still meet it but its
-// 6,000-token context slows every step enough that the others' expected new misses outweigh its own
-// chance of meeting it: shed 2 sheds, shed 1 serves. A short request adds almost nothing to the
-// step (its context is ~100 tokens): served. A small batch well under the pace: served.
+// shed 2 (the default): a batch just under the ITL pace, where the request itself would still meet
+// it but its 6,000-token context slows every step enough that the others' expected new misses
+// outweigh its own chance of meeting it: shed 2 sheds, shed 1 serves. A short request adds almost
+// nothing to the step (its context is ~100 tokens): served. A small batch well under the pace: served.
 TEST(SluiceShed, ShedTwoWeighsTheBatchsExpectedMisses) {
   SluiceParams two;
   two.shed = 2;
+  SluiceParams one;
+  one.shed = 1;
   std::string t = prompt('g', 24000);
   PickRequest req = testing::chat(t, 6000, 200);
   auto first = [&](const SluiceParams& params, int64_t in_flight, int64_t context) {
@@ -665,15 +667,16 @@ TEST(SluiceShed, ShedTwoWeighsTheBatchsExpectedMisses) {
   // Find a batch whose ITL with the request sits just under the 50 ms pace.
   int64_t b = 0;
   for (int64_t n = 10; n < 400; ++n) {
-    auto [shed, terms] = first(SluiceParams{}, n, 6000);
+    auto [shed, terms] = first(one, n, 6000);
     if (terms["itl_ms"] > 47 && terms["itl_ms"] < 50) {
       b = n;
       break;
     }
   }
   ASSERT_GT(b, 0);
-  EXPECT_FALSE(first(SluiceParams{}, b, 6000).first);  // it meets the SLO there: shed 1 serves it
-  EXPECT_TRUE(first(two, b, 6000).first);              // but the batch's expected misses outweigh it
+  EXPECT_FALSE(first(one, b, 6000).first);            // it meets the SLO there: shed 1 serves it
+  EXPECT_TRUE(first(two, b, 6000).first);             // but the batch's expected misses outweigh it
+  EXPECT_TRUE(first(SluiceParams{}, b, 6000).first);  // (the default)
   EXPECT_FALSE(first(two, 10, 6000).first);            // a small batch far under the pace
   std::string short_text = prompt('h', 400);
   req = testing::chat(short_text, 100, 200);
@@ -697,7 +700,7 @@ TEST(SluiceShed, AnSloNoEngineStepCanMeetShedsNothing) {
 TEST(SluiceShed, OffWithShedZeroAndForEmbeddings) {
   SluiceParams off;
   off.shed = 0;
-  EXPECT_EQ(SluiceParams{}.shed, 1);  // on by default
+  EXPECT_EQ(SluiceParams{}.shed, 2);  // on by default (shed 2, ShedTwoWeighsTheBatchsExpectedMisses)
   SluicePolicy p(off, PoolKind::chat);
   FakePool pool(2);
   for (auto& l : pool.loads) l.prefill_tokens = 60000, l.prefill_requests = 30, l.in_flight = 30;
