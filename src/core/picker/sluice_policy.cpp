@@ -534,6 +534,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       e.cost = cost;
       e.itl_ms = itl;
       e.meets_slo = meets_slo;
+      e.serves = serves;
     }
   }
   // Shedding (header): no endpoint meets the SLO, and alone the request would (the load is why).
@@ -656,6 +657,8 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"prefill_duty", e.in.prefill_duty},
                     {"pace_share", e.in.pace_share},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},
+                    // 0 where it meets the SLO: shed 2 found the batch's expected new misses outweigh it.
+                    {"serves", e.serves ? 1.0 : 0.0},
                     {"queue_tokens", e.in.queue_tokens},
                     {"queue_pairs", e.in.queue_pairs},
                     {"decoding", e.in.decoding},

@@ -416,6 +416,7 @@ class SluicePolicy : public Policy {
     double copy_users = 0;  // the requests the copy is forecast to serve (explain())
     double meets_in_ms = 0;  // where it is not served: ms until it would meet the SLO here (shedding)
     bool fresh = false, saturated = false, meets_slo = true;
+    bool serves = true;  // explain(): meets_slo, and with shed 2 admitting it gains more than it costs the batch
   };
   // Uncached tokens dispatched to one endpoint per ms, smoothed (the prefill duty's input).
   struct PrefillRate {

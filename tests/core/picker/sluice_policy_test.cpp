@@ -677,6 +677,11 @@ TEST(SluiceShed, ShedTwoWeighsTheBatchsExpectedMisses) {
   EXPECT_FALSE(first(one, b, 6000).first);            // it meets the SLO there: shed 1 serves it
   EXPECT_TRUE(first(two, b, 6000).first);             // but the batch's expected misses outweigh it
   EXPECT_TRUE(first(SluiceParams{}, b, 6000).first);  // (the default)
+  // /debug/pick tells the two apart: it meets the SLO there, and the endpoint does not serve it.
+  auto [shed_two, terms_two] = first(two, b, 6000);
+  EXPECT_EQ(terms_two["meets_slo"], 1);
+  EXPECT_EQ(terms_two["serves"], 0);
+  EXPECT_EQ(first(one, b, 6000).second["serves"], 1);
   EXPECT_FALSE(first(two, 10, 6000).first);            // a small batch far under the pace
   std::string short_text = prompt('h', 400);
   req = testing::chat(short_text, 100, 200);
