@@ -15,6 +15,8 @@ usage: bench/suite/margins.py 'GLOB' ['GLOB'...]
   e.g. bench/suite/margins.py 'bench/results/hard-*-s[89].json' '/tmp/new/hard-*-s[89].json'
        bench/suite/margins.py --diff 'BEFORE_GLOB' 'AFTER_GLOB'
   --diff: also list the losing rates the second set fixed and broke, by cell (files of the same name)
+       bench/suite/margins.py --list 'GLOB' ['GLOB'...]
+  --list: also list every losing rate of each set (cell @ rate: goodput and TTFT p90 ratios)
 """
 import glob
 import math
@@ -64,10 +66,22 @@ def diff(before, after):
     print(f"broken ({len(broken)}):" + "".join(f"\n  {x}" for x in broken) if broken else "broken (0): -")
 
 
+def losing(files):
+    out = []
+    for f in files:
+        a = acceptance.check(f)
+        rows = {r[0]: r for r in a["rows"]}
+        cell = os.path.basename(f)[:-5]
+        out += [f"{cell} @ {r:g}: goodput {rows[r][5]:.3f}x, TTFT p90 {rows[r][9]:.3f}x"
+                for r in sorted(a["fails"]) if rows[r][1]]
+    return out
+
+
 def main():
     args = sys.argv[1:]
     with_diff = "--diff" in args
-    args = [a for a in args if a != "--diff"]
+    with_list = "--list" in args
+    args = [a for a in args if a not in ("--diff", "--list")]
     if not args or (with_diff and len(args) != 2):
         print(__doc__, file=sys.stderr)
         return 2
@@ -83,6 +97,10 @@ def main():
         m = margins(files)
         print(f"| {pattern} | {m['files']} | {m['checked']} | {m['fails']} | {m['gp_gmean']:.4f} | {m['ttft_gmean']:.4f} | "
               f"{m['ttft_over']} | {m['gp_under']} |")
+    if with_list:
+        for pattern, files in zip(args, sets):
+            rates = losing(files)
+            print(f"\nlosing in {pattern} ({len(rates)}):" + "".join(f"\n  {x}" for x in rates))
     if with_diff:
         diff(*sets)
     return 0
