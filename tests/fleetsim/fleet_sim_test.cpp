@@ -315,6 +315,26 @@ TEST(FleetSim, GatewayReplicasWithKvEventsRouteAsOne) {
 namespace sluice::fleetsim {
 namespace {
 
+// A burst refused across gateway replicas (share_load) comes back spread as one replica's would:
+// each refusal's work reaches the other replicas' shed backlog (peer_load.h), so their Retry-Afters
+// add it. 40 distinct 4,000-token prompts at once over 4 gateways and 2 replicas, a 150 ms TTFT SLO,
+// 2 client retries: 34 served (20 when each replica counted only its own refusals; 40 through 1).
+TEST(FleetSim, ABurstRefusedAcrossGatewaysComesBackSpread) {
+  FleetConfig c;
+  c.replicas = 2;
+  c.gateways = 4;
+  c.share_load = true;
+  c.policy = "sluice";
+  c.policy_params = {{"ttft_slo_ms", 150}, {"itl_slo_ms", 50}};
+  c.workload = "shared_prefix,groups=40,prompts=1,system=4000,question=16,output=4";
+  c.arrivals.kind = workload::ArrivalKind::concurrency;
+  c.arrivals.concurrency = 40;
+  c.limits.max_requests = 40;
+  c.client_retries = 2;
+  const FleetResult r = run_ok(c);
+  EXPECT_GE(r.figures.ok, 30u);
+}
+
 // Client retries (FleetConfig::client_retries): a request sluice sheds (429 over_slo) comes back
 // after its Retry-After (the gateway's 1 s base, jittered), up to the limit, and only its last
 // outcome is recorded. Some come back to a pool with room and are served, with the wait in their

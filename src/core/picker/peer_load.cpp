@@ -60,6 +60,10 @@ PeerLoad::Applied PeerLoad::apply(std::string_view gateway, uint64_t instance, u
     ++counters_.own;
     return Applied::own;
   }
+  if (report.shed_work_total_ms < 0 || static_cast<uint64_t>(report.shed_work_total_ms) > kMaxPeerValue) {
+    ++counters_.bad_values;
+    return Applied::bad_value;
+  }
   // The report as a full per-endpoint vector (omitted endpoints: nothing in flight, totals unchanged).
   scratch_.assign(keys_.size(), PeerEndpointLoad{});
   listed_.assign(keys_.size(), 0);
@@ -93,7 +97,8 @@ PeerLoad::Applied PeerLoad::apply(std::string_view gateway, uint64_t instance, u
     fresh.gateway = std::string(gateway);
     fresh.instance = instance;
     fresh.load.assign(keys_.size(), PeerEndpointLoad{});
-    // First heard: its totals so far are its history, not new dispatches.
+    // First heard: its totals so far are its history, not new dispatches (nor new refusals).
+    fresh.shed_total = report.shed_work_total_ms;
     for (size_t e = 0; e < keys_.size(); ++e)
       if (listed[e]) {
         fresh.load[e].input_tokens_total = scratch_[e].input_tokens_total;
@@ -108,6 +113,7 @@ PeerLoad::Applied PeerLoad::apply(std::string_view gateway, uint64_t instance, u
       add(e, p->load[e], -1);
       p->load[e] = PeerEndpointLoad{};
     }
+    p->shed_total = 0;
     p->instance = instance;
   }
   for (size_t e = 0; e < keys_.size(); ++e) {
@@ -129,6 +135,11 @@ PeerLoad::Applied PeerLoad::apply(std::string_view gateway, uint64_t instance, u
     inc(sum_[e].predicted_cached_tokens_total, next.predicted_cached_tokens_total, old.predicted_cached_tokens_total);
     inc(sum_[e].picks_total, next.picks_total, old.picks_total);
     old = next;
+  }
+  {
+    const int64_t v = report.shed_work_total_ms, last = p->shed_total;
+    shed_work_pending_ms_ = std::min(kMaxPeerTotal, shed_work_pending_ms_ + (v >= last ? v - last : v));
+    p->shed_total = v;
   }
   p->seq = seq;
   p->heard = now;

@@ -17,6 +17,10 @@
 // per-request table, and it carries the per-token decode progress (live context, remaining output)
 // that events would only carry one message per token. Each report covers every endpoint the peer
 // has load on; an endpoint it omits has nothing in flight from it (its cumulative totals unchanged).
+// Per pool it also reports the running total of the work it refused (shed_work_total_ms: each over_slo
+// refusal's prefill alone, Candidate::shed_work_ms): its increments join this replica's shed backlog
+// (Policy::on_peer_shed), so a burst refused across replicas is told to come back one after another
+// as it is by one replica, not N times as densely.
 //
 // Rules:
 //   merge      what the policy sees for endpoint e = own + the sum of the live peers' reports for e;
@@ -75,6 +79,7 @@ struct PeerEndpointReport {
 struct PeerPoolReport {
   std::string pool;
   std::vector<PeerEndpointReport> endpoints;
+  int64_t shed_work_total_ms = 0;  // cumulative: the ms of work the gateway refused in this pool (header)
 };
 
 // The key of an endpoint on the wire: XXH3-64 of its address ("host:port").
@@ -102,6 +107,12 @@ class PeerLoad {
   void add_to(size_t e, EndpointLoad& load) const;
   // This replica scraped endpoint e: peers' picks from now on count as assigned since scrape.
   void on_scrape(size_t e);
+  // The peers' refused work (shed_work_total_ms increments) since the last call, in ms.
+  double take_shed_work_ms() {
+    const double w = static_cast<double>(shed_work_pending_ms_);
+    shed_work_pending_ms_ = 0;
+    return w;
+  }
   // The live peers' in-flight requests on endpoint e (metrics, /debug/pick).
   int64_t in_flight(size_t e) const { return e < sum_.size() ? sum_[e].in_flight : 0; }
   bool any() const { return !peers_.empty(); }
@@ -114,6 +125,7 @@ class PeerLoad {
   struct Peer {
     std::string gateway;
     uint64_t instance = 0, seq = 0;
+    int64_t shed_total = 0;  // its shed_work_total_ms as last reported
     Time heard{};
     std::vector<PeerEndpointLoad> load;  // per endpoint, as last reported (cumulative: last seen)
   };
@@ -125,6 +137,7 @@ class PeerLoad {
   const Options options_;
   std::vector<Peer> peers_;
   std::vector<PeerEndpointLoad> sum_;      // per endpoint: live peers' in-flight + cumulative increments
+  int64_t shed_work_pending_ms_ = 0;       // peers' shed_work_total_ms increments not yet taken
   std::vector<int64_t> picks_at_scrape_;   // sum_[e].picks_total at this replica's last scrape of e
   std::unordered_map<uint64_t, size_t> index_;  // key -> endpoint
   std::vector<PeerEndpointLoad> scratch_;  // apply()

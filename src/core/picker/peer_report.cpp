@@ -74,7 +74,8 @@ std::string encode_peer_message(const PeerMessage& m) {
   put_uint(out, m.seq);
   put_array(out, static_cast<uint32_t>(m.pools.size()));
   for (const auto& p : m.pools) {
-    put_array(out, 2);
+    const bool shed = p.shed_work_total_ms > 0;
+    put_array(out, shed ? 3 : 2);
     put_str(out, p.pool);
     put_array(out, static_cast<uint32_t>(p.endpoints.size()));
     for (const auto& e : p.endpoints) {
@@ -88,6 +89,7 @@ std::string encode_peer_message(const PeerMessage& m) {
                         l.predicted_cached_tokens_total, l.picks_total})
         put_uint(out, nonneg(v));
     }
+    if (shed) put_uint(out, nonneg(p.shed_work_total_ms));
   }
   return out;
 }
@@ -106,8 +108,8 @@ bool decode_peer_message(std::string_view payload, PeerMessage& out, std::string
   if (!r.array(pools) || pools > kMaxPeerPools) return fail(why, "bad pool list");
   out.pools.resize(pools);
   for (auto& p : out.pools) {
-    uint32_t two = 0, eps = 0;
-    if (!r.array(two) || two != 2 || !r.str(s, 1024)) return fail(why, "bad pool entry");
+    uint32_t fields = 0, eps = 0;
+    if (!r.array(fields) || (fields != 2 && fields != 3) || !r.str(s, 1024)) return fail(why, "bad pool entry");
     p.pool.assign(s);
     if (!r.array(eps) || eps > kMaxPeerEndpoints) return fail(why, "bad endpoint list");
     p.endpoints.resize(eps);
@@ -131,6 +133,12 @@ bool decode_peer_message(std::string_view payload, PeerMessage& out, std::string
       l.input_tokens_total = static_cast<int64_t>(v[8]);
       l.predicted_cached_tokens_total = static_cast<int64_t>(v[9]);
       l.picks_total = static_cast<int64_t>(v[10]);
+    }
+    p.shed_work_total_ms = 0;
+    if (fields == 3) {
+      uint64_t total = 0;
+      if (!r.uint(total) || total > kMaxPeerValue) return fail(why, "bad shed work total");
+      p.shed_work_total_ms = static_cast<int64_t>(total);
     }
   }
   if (!r.at_end()) return fail(why, "trailing bytes");

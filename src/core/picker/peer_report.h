@@ -5,8 +5,11 @@
 //   [1, gateway (str, <= 256 bytes), instance (uint), seq (uint),
 //    [[pool (str), [[key, in_flight, prefill_requests, prefill_tokens, prefill_pairs, decode_tokens,
 //                    live_context_tokens, context_tokens, input_tokens_total,
-//                    predicted_cached_tokens_total, picks_total], ...]], ...]]
-// every number an unsigned int (prefill_pairs rounded). A pool the message lists with no endpoints
+//                    predicted_cached_tokens_total, picks_total], ...](, shed_work_total_ms)], ...]]
+// every number an unsigned int (prefill_pairs rounded). A pool's third element, the running total
+// of the work the gateway refused there (peer_load.h), is sent once it is above 0 (round 25); a
+// replica from before it refuses such a message as malformed, so mixed versions stop sharing load
+// from the first refusal until all are upgraded. A pool the message lists with no endpoints
 // has nothing in flight from that gateway; every sharing pool is listed in every message, so a
 // message is also the gateway's heartbeat. Decoding checks every header against the bytes left
 // (msgpuck's mp_check_*), refuses another version, trailing bytes, wrong types, more than

@@ -91,6 +91,9 @@ class Policy {
   // The request was refused on the policy's advice (shed_advised; `advised`: its first candidate):
   // told to come back later.
   virtual void on_shed(const Candidate& advised, Time now) {}
+  // Other gateway replicas refused `work_ms` of work (their shed_work_ms summed) in this pool since
+  // the last call (peer_load.h); called before a ranking that follows it.
+  virtual void on_peer_shed(double work_ms, Time now) {}
   // The pool's endpoint list was replaced (reload): learned state for the old indices is void.
   virtual void on_endpoints_reset(size_t count) {}
   // The policy's prefix index, if it keeps one (a reload carries it over to the new pool).

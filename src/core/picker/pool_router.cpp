@@ -90,6 +90,8 @@ std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
   build_views(now);
   if (views_.empty()) return out;
   if (PrefixTracker* t = policy_->prefix_tracker()) t->at(now);
+  if (peer_)
+    if (const double w = peer_->take_shed_work_ms(); w > 0) policy_->on_peer_shed(w, now);
   policy_->rank(req, views_, now, out);
   // The hard in-flight cap is the gateway's own: an endpoint at it is saturated whatever it scores.
   for (auto& c : out)
@@ -103,6 +105,7 @@ void PoolRouter::on_shed(std::span<const Candidate> ranked, Time now) {
   if (ranked.empty()) return;
   std::lock_guard lock(mu_);
   policy_->on_shed(ranked.front(), now);
+  if (ranked.front().shed) shed_work_total_ms_ += ranked.front().shed_work_ms;
 }
 
 DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chosen, Time now) {
@@ -292,7 +295,11 @@ bool PoolRouter::peer_report(Time now, PeerPoolReport& out) {
   }
   merged_.resize(endpoints_.size());
   for (size_t e = 0; e < endpoints_.size(); ++e) merged_[e] = endpoints_[e].load;  // own only
-  return reporter_->build(merged_, now, out);
+  const bool changed = reporter_->build(merged_, now, out);
+  out.shed_work_total_ms = shed_work_total_ms_;
+  const bool shed = shed_work_total_ms_ != shed_work_reported_ms_;
+  shed_work_reported_ms_ = shed_work_total_ms_;
+  return changed || shed;
 }
 
 PoolRouter::PeerStats PoolRouter::peer_stats(Time now) {

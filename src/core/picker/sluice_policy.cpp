@@ -584,6 +584,9 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
 
 void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                         std::vector<Candidate>& out) {
+  // Peers' refusals join the backlog at once, shedding or not, so that they drain from now.
+  if (peer_shed_ms_ > 0 && !endpoints.empty()) [[unlikely]]
+    drain_shed_backlog(now, static_cast<double>(endpoints.size()));
   evaluate<false>(req, endpoints, now);
   // sort_candidates' order (saturated last), its keys built straight from the evaluations.
   thread_local RankOrder order;
@@ -603,12 +606,23 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
     // endpoints have served since (each a ms of work per ms), spread over the endpoints.
     // (on_shed adds a refused request's; ranking alone, as /debug/pick does, adds nothing.)
     const double n = static_cast<double>(endpoints.size());
-    shed_backlog_ms_ = std::max(0.0, shed_backlog_ms_ - std::max(0.0, to_millis(now - shed_backlog_at_)) * n);
-    shed_backlog_at_ = std::max(shed_backlog_at_, now);
+    drain_shed_backlog(now, n);
     out.front().shed = true;
     out.front().retry_after_ms = candidate_ms(std::min(kShedRetryMaxMs, shed_wait_ms_ + shed_backlog_ms_ / n));
     out.front().shed_work_ms = candidate_ms(shed_alone_ms_);
   }
+}
+
+void SluicePolicy::drain_shed_backlog(Time now, double endpoints) {
+  shed_backlog_ms_ = std::max(0.0, shed_backlog_ms_ - std::max(0.0, to_millis(now - shed_backlog_at_)) * endpoints);
+  shed_backlog_at_ = std::max(shed_backlog_at_, now);
+  // The peers' refusals (on_peer_shed) join from now: drained only from here on.
+  shed_backlog_ms_ += peer_shed_ms_;
+  peer_shed_ms_ = 0;
+}
+
+void SluicePolicy::on_peer_shed(double work_ms, Time) {
+  if (std::isfinite(work_ms) && work_ms > 0) peer_shed_ms_ += work_ms;
 }
 
 void SluicePolicy::on_shed(const Candidate& advised, Time) {

@@ -233,7 +233,7 @@
 // backlog of the requests shed before it, which come back first: their prefill alone, less what the
 // endpoints have worked off since (each a ms of work per ms), over the endpoints; at most 30 s
 // (the drivers report each refusal, PoolRouter::on_shed; a ranking alone, /debug/pick's, adds
-// nothing; gateway replicas each count their own refusals only).
+// nothing; with peer_load sharing the other gateway replicas' refusals join it too, Policy::on_peer_shed).
 // Without the backlog a burst's refusals were all told the same few tens of ms and came back
 // together to a pool still full (40 ~4,000-token prompts at once, 2 replicas, the OpenAI SDK's 2
 // retries: 5 of 40 served; the fixed 1 s: 13; with it 35, test_openai_sdk.py). The load that sheds
@@ -377,6 +377,7 @@ class SluicePolicy : public Policy {
             std::vector<Candidate>& out) override;
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
   void on_shed(const Candidate& advised, Time now) override;
+  void on_peer_shed(double work_ms, Time now) override;
   void on_endpoints_reset(size_t count) override {
     prefix_.reset(count);
     rate_ = PrefillRate{};
@@ -469,6 +470,8 @@ class SluicePolicy : public Policy {
   // a burst's refusals are told to come back one after another, not all at once).
   double shed_backlog_ms_ = 0;
   Time shed_backlog_at_{};
+  double peer_shed_ms_ = 0;  // on_peer_shed's work, joining the backlog at the next ranking
+  void drain_shed_backlog(Time now, double endpoints);
   static constexpr double kShedRetryMaxMs = 30000.0;
   const char* last_text_ = nullptr;
   size_t last_text_size_ = 0;

@@ -367,5 +367,48 @@ TEST(PeerLoad, HostileTotalsSaturate) {
   EXPECT_GT(l.assigned_since_scrape, 0);
 }
 
+
+// The running total of a peer's refused work: its increments since first heard, taken once; a
+// restart counts from 0; a value out of range is refused. On the wire: a pool's optional third
+// element, sent once above 0 (the two-element form still decodes, as 0).
+TEST(PeerLoad, PeersRefusedWorkCountsIncrementsSinceFirstHeard) {
+  PeerLoad p(keys(1), "me", {});
+  PeerPoolReport r = report_of({});
+  r.shed_work_total_ms = 500;
+  ASSERT_EQ(p.apply("a", 1, 1, r, ms(0)), PeerLoad::Applied::ok);
+  EXPECT_EQ(p.take_shed_work_ms(), 0);  // its history
+  r.shed_work_total_ms = 800;
+  ASSERT_EQ(p.apply("a", 1, 2, r, ms(1)), PeerLoad::Applied::ok);
+  EXPECT_EQ(p.apply("a", 1, 2, r, ms(1)), PeerLoad::Applied::duplicate);
+  EXPECT_EQ(p.take_shed_work_ms(), 300);
+  EXPECT_EQ(p.take_shed_work_ms(), 0);
+  r.shed_work_total_ms = 100;  // restarted
+  ASSERT_EQ(p.apply("a", 2, 1, r, ms(2)), PeerLoad::Applied::ok);
+  EXPECT_EQ(p.take_shed_work_ms(), 100);
+  r.shed_work_total_ms = -1;
+  EXPECT_EQ(p.apply("a", 2, 2, r, ms(3)), PeerLoad::Applied::bad_value);
+  r.shed_work_total_ms = static_cast<int64_t>(kMaxPeerValue) + 1;
+  EXPECT_EQ(p.apply("a", 2, 3, r, ms(3)), PeerLoad::Applied::bad_value);
+  EXPECT_EQ(p.take_shed_work_ms(), 0);
+
+  PeerMessage m;
+  m.gateway = "gw";
+  m.pools.push_back(report_of({{0, busy(1, 1, 10)}}));
+  const std::string two = encode_peer_message(m);
+  m.pools[0].shed_work_total_ms = 1234;
+  const std::string three = encode_peer_message(m);
+  EXPECT_GT(three.size(), two.size());
+  PeerMessage d;
+  std::string why;
+  ASSERT_TRUE(decode_peer_message(two, d, &why)) << why;
+  EXPECT_EQ(d.pools[0].shed_work_total_ms, 0);
+  ASSERT_TRUE(decode_peer_message(three, d, &why)) << why;
+  EXPECT_EQ(d.pools[0].shed_work_total_ms, 1234);
+  for (size_t n = 0; n < three.size(); ++n) EXPECT_FALSE(decode_peer_message(three.substr(0, n), d)) << n;
+  m.pools[0].shed_work_total_ms = static_cast<int64_t>(kMaxPeerValue) + 1;
+  EXPECT_FALSE(decode_peer_message(encode_peer_message(m), d, &why));
+  EXPECT_EQ(why, "bad shed work total");
+}
+
 }  // namespace
 }  // namespace sluice
