@@ -116,6 +116,11 @@ PeerLoad::Applied PeerLoad::apply(std::string_view gateway, uint64_t instance, u
     p->shed_total = 0;
     p->instance = instance;
   }
+  // Cumulative increments; a total that went down restarted from 0.
+  // Saturating at kMaxPeerTotal: a hostile publisher alternating totals must not overflow them.
+  const auto inc = [](int64_t& sum, int64_t now_v, int64_t last) {
+    sum = std::min(kMaxPeerTotal, sum + (now_v >= last ? now_v - last : now_v));
+  };
   for (size_t e = 0; e < keys_.size(); ++e) {
     PeerEndpointLoad& old = p->load[e];
     PeerEndpointLoad next = scratch_[e];
@@ -126,21 +131,13 @@ PeerLoad::Applied PeerLoad::apply(std::string_view gateway, uint64_t instance, u
     }
     add(e, old, -1);
     add(e, next, +1);
-    // Cumulative increments; a total that went down restarted from 0.
-    // Saturating at kMaxPeerTotal: a hostile publisher alternating totals must not overflow them.
-    const auto inc = [](int64_t& sum, int64_t now_v, int64_t last) {
-      sum = std::min(kMaxPeerTotal, sum + (now_v >= last ? now_v - last : now_v));
-    };
     inc(sum_[e].input_tokens_total, next.input_tokens_total, old.input_tokens_total);
     inc(sum_[e].predicted_cached_tokens_total, next.predicted_cached_tokens_total, old.predicted_cached_tokens_total);
     inc(sum_[e].picks_total, next.picks_total, old.picks_total);
     old = next;
   }
-  {
-    const int64_t v = report.shed_work_total_ms, last = p->shed_total;
-    shed_work_pending_ms_ = std::min(kMaxPeerTotal, shed_work_pending_ms_ + (v >= last ? v - last : v));
-    p->shed_total = v;
-  }
+  inc(shed_work_pending_ms_, report.shed_work_total_ms, p->shed_total);
+  p->shed_total = report.shed_work_total_ms;
   p->seq = seq;
   p->heard = now;
   next_expiry_ = std::min(next_expiry_, now + options_.ttl);

@@ -148,11 +148,13 @@ bool decode_peer_message(std::string_view payload, PeerMessage& out, std::string
 PeerReporter::PeerReporter(std::vector<uint64_t> keys, Duration refresh)
     : keys_(std::move(keys)), refresh_(refresh), last_(keys_.size()) {}
 
-bool PeerReporter::build(std::span<const EndpointLoad> own, Time now, PeerPoolReport& out) {
+bool PeerReporter::build(std::span<const EndpointLoad> own, int64_t shed_work_total_ms, Time now, PeerPoolReport& out) {
   out.endpoints.clear();
+  out.shed_work_total_ms = shed_work_total_ms;
   const bool refresh = now >= next_refresh_;
   if (refresh) next_refresh_ = now + refresh_;
-  bool changed = false;
+  bool changed = shed_work_total_ms != last_shed_total_;
+  last_shed_total_ = shed_work_total_ms;
   for (size_t e = 0; e < keys_.size() && e < own.size(); ++e) {
     const PeerEndpointLoad l = PeerEndpointLoad::of(own[e]);
     const PeerEndpointLoad& was = last_[e];

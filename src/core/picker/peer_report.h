@@ -50,14 +50,16 @@ bool decode_peer_message(std::string_view payload, PeerMessage& out, std::string
 class PeerReporter {
  public:
   PeerReporter(std::vector<uint64_t> keys, Duration refresh = std::chrono::seconds(1));
-  // This pool's section from its own loads (`own[e]` for endpoint e, keys as given); true when it
-  // differs from the section returned last time.
-  bool build(std::span<const EndpointLoad> own, Time now, PeerPoolReport& out);
+  // This pool's section from its own loads (`own[e]` for endpoint e, keys as given) and the running
+  // total of the work it refused (peer_load.h); true when it differs from the section returned last
+  // time.
+  bool build(std::span<const EndpointLoad> own, int64_t shed_work_total_ms, Time now, PeerPoolReport& out);
 
  private:
   const std::vector<uint64_t> keys_;
   const Duration refresh_;
   std::vector<PeerEndpointLoad> last_;
+  int64_t last_shed_total_ = 0;
   Time next_refresh_{};
 };
 

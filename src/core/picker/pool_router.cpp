@@ -295,11 +295,7 @@ bool PoolRouter::peer_report(Time now, PeerPoolReport& out) {
   }
   merged_.resize(endpoints_.size());
   for (size_t e = 0; e < endpoints_.size(); ++e) merged_[e] = endpoints_[e].load;  // own only
-  const bool changed = reporter_->build(merged_, now, out);
-  out.shed_work_total_ms = shed_work_total_ms_;
-  const bool shed = shed_work_total_ms_ != shed_work_reported_ms_;
-  shed_work_reported_ms_ = shed_work_total_ms_;
-  return changed || shed;
+  return reporter_->build(merged_, shed_work_total_ms_, now, out);
 }
 
 PoolRouter::PeerStats PoolRouter::peer_stats(Time now) {

@@ -174,8 +174,7 @@ class PoolRouter {
   std::vector<EndpointView> views_;  // scratch, guarded by mu_
   std::unique_ptr<PeerLoad> peer_;   // share_load(): the other replicas' load
   std::unique_ptr<PeerReporter> reporter_;
-  int64_t shed_work_total_ms_ = 0;     // guarded by mu_: the work this replica refused (peer reports)
-  int64_t shed_work_reported_ms_ = 0;  // ... as of the last report built
+  int64_t shed_work_total_ms_ = 0;  // guarded by mu_: the work this replica refused (peer reports)
   std::vector<EndpointLoad> merged_;  // scratch, guarded by mu_: own + peers, what views_ point to
   std::weak_ptr<const PoolRouter> predecessor_;  // set before use (inherit_in_flight)
   uint64_t next_seq_ = 1;  // guarded by mu_: the next dispatch's place in its prefill queue

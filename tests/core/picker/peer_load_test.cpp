@@ -242,24 +242,24 @@ TEST(PeerReport, ReporterListsBusyOrChangedEndpointsAndSenderBeats) {
   PeerReporter rep(keys(3), milliseconds(1000));
   std::vector<EndpointLoad> own(3);
   PeerPoolReport out;
-  EXPECT_FALSE(rep.build(own, ms(0), out));  // idle pool
+  EXPECT_FALSE(rep.build(own, 0, ms(0), out));  // idle pool
   EXPECT_TRUE(out.endpoints.empty());
   own[1].in_flight = 2;
   own[1].prefill_requests = 1;
   own[1].picks_total = 2;
   own[1].input_tokens_total = 900;
-  EXPECT_TRUE(rep.build(own, ms(5), out));
+  EXPECT_TRUE(rep.build(own, 0, ms(5), out));
   ASSERT_EQ(out.endpoints.size(), 1u);
   EXPECT_EQ(out.endpoints[0].key, key_of(1));
   EXPECT_EQ(out.endpoints[0].load.input_tokens_total, 900);
-  EXPECT_FALSE(rep.build(own, ms(10), out));  // unchanged (still listed: in flight)
+  EXPECT_FALSE(rep.build(own, 0, ms(10), out));  // unchanged (still listed: in flight)
   EXPECT_EQ(out.endpoints.size(), 1u);
   own[1] = EndpointLoad{};
   own[1].picks_total = 2;
   own[1].input_tokens_total = 900;
-  EXPECT_TRUE(rep.build(own, ms(15), out));  // finished: omitted = idle
+  EXPECT_TRUE(rep.build(own, 0, ms(15), out));  // finished: omitted = idle
   EXPECT_TRUE(out.endpoints.empty());
-  EXPECT_FALSE(rep.build(own, ms(1001), out));  // the refresh lists its totals again, no change
+  EXPECT_FALSE(rep.build(own, 0, ms(1001), out));  // the refresh lists its totals again, no change
   EXPECT_EQ(out.endpoints.size(), 1u);
 
   PeerSender s("gw", 9, milliseconds(250));
