@@ -51,6 +51,33 @@ class Reader {
     p_ = q + len;
     return true;
   }
+  // Past one value of any type (a later version's field), every header in it checked against the
+  // bytes left. Containers are walked here with a 64-bit count of the values still to step over
+  // (mp_check keeps that count in an int, which a hostile 32-bit array length wraps, taking the
+  // header alone for the whole value); a scalar is checked by mp_check.
+  bool skip() {
+    uint64_t pending = 1;
+    while (pending > 0) {
+      if (at_end()) return false;
+      --pending;
+      const mp_type type = mp_typeof(*p_);
+      if (type == MP_ARRAY || type == MP_MAP) {
+        if ((type == MP_ARRAY ? mp_check_array(p_, end_) : mp_check_map(p_, end_)) > 0) return false;
+        pending += type == MP_ARRAY ? uint64_t{mp_decode_array(&p_)} : 2 * uint64_t{mp_decode_map(&p_)};
+      } else {
+        const char* q = p_;
+        if (mp_check(&q, end_) != 0) return false;
+        p_ = q;
+      }
+      if (pending > static_cast<uint64_t>(end_ - p_)) return false;  // each value takes a byte at least
+    }
+    return true;
+  }
+  bool skip(uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i)
+      if (!skip()) return false;
+    return true;
+  }
 
  private:
   const char* p_;
@@ -99,7 +126,7 @@ bool decode_peer_message(std::string_view payload, PeerMessage& out, std::string
   uint32_t n = 0;
   uint64_t version = 0;
   std::string_view s;
-  if (!r.array(n) || n != 5) return fail(why, "not a 5-element array");
+  if (!r.array(n) || n < 5) return fail(why, "not an array of at least 5 elements");
   if (!r.uint(version) || version != kVersion) return fail(why, "unknown version");
   if (!r.str(s, kMaxPeerGatewayId) || s.empty()) return fail(why, "bad gateway id");
   out.gateway.assign(s);
@@ -109,16 +136,17 @@ bool decode_peer_message(std::string_view payload, PeerMessage& out, std::string
   out.pools.resize(pools);
   for (auto& p : out.pools) {
     uint32_t fields = 0, eps = 0;
-    if (!r.array(fields) || (fields != 2 && fields != 3) || !r.str(s, 1024)) return fail(why, "bad pool entry");
+    if (!r.array(fields) || fields < 2 || !r.str(s, 1024)) return fail(why, "bad pool entry");
     p.pool.assign(s);
     if (!r.array(eps) || eps > kMaxPeerEndpoints) return fail(why, "bad endpoint list");
     p.endpoints.resize(eps);
     for (auto& e : p.endpoints) {
       uint32_t f = 0;
       uint64_t v[kEndpointFields];
-      if (!r.array(f) || f != kEndpointFields) return fail(why, "bad endpoint entry");
+      if (!r.array(f) || f < kEndpointFields) return fail(why, "bad endpoint entry");
       for (uint64_t& x : v)
         if (!r.uint(x)) return fail(why, "bad endpoint value");
+      if (!r.skip(f - kEndpointFields)) return fail(why, "bad endpoint entry");
       for (size_t i = 1; i < kEndpointFields; ++i)
         if (v[i] > kMaxPeerValue && i != 4) return fail(why, "endpoint value out of range");
       e.key = v[0];
@@ -135,12 +163,14 @@ bool decode_peer_message(std::string_view payload, PeerMessage& out, std::string
       l.picks_total = static_cast<int64_t>(v[10]);
     }
     p.shed_work_total_ms = 0;
-    if (fields == 3) {
+    if (fields >= 3) {
       uint64_t total = 0;
       if (!r.uint(total) || total > kMaxPeerValue) return fail(why, "bad shed work total");
       p.shed_work_total_ms = static_cast<int64_t>(total);
     }
+    if (fields > 3 && !r.skip(fields - 3)) return fail(why, "bad pool entry");
   }
+  if (!r.skip(n - 5)) return fail(why, "bad message");
   if (!r.at_end()) return fail(why, "trailing bytes");
   return true;
 }

@@ -7,12 +7,17 @@
 //                    live_context_tokens, context_tokens, input_tokens_total,
 //                    predicted_cached_tokens_total, picks_total], ...](, shed_work_total_ms)], ...]]
 // every number an unsigned int (prefill_pairs rounded). A pool's third element, the running total
-// of the work the gateway refused there (peer_load.h), is sent once it is above 0 (round 25); a
-// replica from before it refuses such a message as malformed, so mixed versions stop sharing load
-// from the first refusal until all are upgraded. A pool the message lists with no endpoints
+// of the work the gateway refused there (peer_load.h), is sent once it is above 0 (round 25).
+// Forward compatible: a decoder takes the elements it knows at each level (the message, a pool, an
+// endpoint) and steps over any a later version appends (each checked whole first), so a field can be
+// added without a version change and replicas of mixed versions keep sharing load through a rolling
+// upgrade; the version changes only for a change an older decoder must not misread. (Replicas from
+// before round 26 still refuse a pool's third element and any appended field.) A pool the message
+// lists with no endpoints
 // has nothing in flight from that gateway; every sharing pool is listed in every message, so a
 // message is also the gateway's heartbeat. Decoding checks every header against the bytes left
-// (msgpuck's mp_check_*), refuses another version, trailing bytes, wrong types, more than
+// (msgpuck's mp_check_*), refuses another version, trailing bytes, wrong types (of the known
+// elements; an unknown one only has to be well formed), more than
 // kMaxPeerPools pools or kMaxPeerEndpoints endpoints: a rejected message is counted by the caller
 // and dropped, never partly applied.
 //

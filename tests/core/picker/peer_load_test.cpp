@@ -1,6 +1,7 @@
 // PeerLoad (the other gateway replicas' in-flight load), its wire format and reporter, and the
 // PoolRouter merge: one test per rule of peer_load.h / peer_report.h.
 #include <gtest/gtest.h>
+#include <msgpuck.h>
 
 #include <random>
 
@@ -234,7 +235,9 @@ TEST(PeerReport, RoundTripsAndRefusesGarbage) {
     (void)decode_peer_message(s, d);
     std::string junk(rng() % 64, '\0');
     for (auto& c : junk) c = static_cast<char>(rng());
-    if (!junk.empty() && (static_cast<unsigned char>(junk[0]) & 0xf0) != 0x90) EXPECT_FALSE(decode_peer_message(junk, d));
+    if (!junk.empty() && (static_cast<unsigned char>(junk[0]) & 0xf0) != 0x90) {
+      EXPECT_FALSE(decode_peer_message(junk, d));
+    }
   }
 }
 
@@ -408,6 +411,74 @@ TEST(PeerLoad, PeersRefusedWorkCountsIncrementsSinceFirstHeard) {
   m.pools[0].shed_work_total_ms = static_cast<int64_t>(kMaxPeerValue) + 1;
   EXPECT_FALSE(decode_peer_message(encode_peer_message(m), d, &why));
   EXPECT_EQ(why, "bad shed work total");
+}
+
+// A later version's message: a field appended at every level (a number, a string, nested containers)
+// is stepped over, the known ones read as before; an appended value that is malformed or claims more
+// than the message holds is refused like any other.
+TEST(PeerReport, FieldsALaterVersionAppendsAreSteppedOver) {
+  std::string w;
+  char buf[16];
+  auto raw = [&](char* end) { w.append(buf, static_cast<size_t>(end - buf)); };
+  auto str = [&](std::string_view s) {
+    raw(mp_encode_strl(buf, static_cast<uint32_t>(s.size())));
+    w.append(s);
+  };
+  raw(mp_encode_array(buf, 7));  // 5 known + 2 appended
+  raw(mp_encode_uint(buf, 1));
+  str("gw-next");
+  raw(mp_encode_uint(buf, 7));
+  raw(mp_encode_uint(buf, 9));
+  raw(mp_encode_array(buf, 1));  // pools
+  raw(mp_encode_array(buf, 5));  // pool, endpoints, shed total + 2 appended
+  str("chat");
+  raw(mp_encode_array(buf, 1));
+  raw(mp_encode_array(buf, 13));  // 11 known + 2 appended
+  raw(mp_encode_uint(buf, key_of(0)));
+  for (uint64_t v = 1; v <= 10; ++v) raw(mp_encode_uint(buf, v * 10));
+  raw(mp_encode_double(buf, 0.5));
+  raw(mp_encode_map(buf, 1));
+  str("k");
+  raw(mp_encode_array(buf, 2));
+  raw(mp_encode_nil(buf));
+  raw(mp_encode_bool(buf, true));
+  raw(mp_encode_uint(buf, 4321));  // shed work total
+  str("future");
+  raw(mp_encode_array(buf, 0));
+  raw(mp_encode_int(buf, -3));
+  str("trailer");
+  const std::string wire = w;
+
+  PeerMessage d;
+  std::string why;
+  ASSERT_TRUE(decode_peer_message(wire, d, &why)) << why;
+  EXPECT_EQ(d.gateway, "gw-next");
+  EXPECT_EQ(d.instance, 7u);
+  EXPECT_EQ(d.seq, 9u);
+  ASSERT_EQ(d.pools.size(), 1u);
+  EXPECT_EQ(d.pools[0].pool, "chat");
+  EXPECT_EQ(d.pools[0].shed_work_total_ms, 4321);
+  ASSERT_EQ(d.pools[0].endpoints.size(), 1u);
+  EXPECT_EQ(d.pools[0].endpoints[0].key, key_of(0));
+  EXPECT_EQ(d.pools[0].endpoints[0].load.in_flight, 10);
+  EXPECT_EQ(d.pools[0].endpoints[0].load.picks_total, 100);
+  // Truncated anywhere, with bytes after it, or fewer than the known elements: refused.
+  for (size_t n = 0; n < wire.size(); ++n) EXPECT_FALSE(decode_peer_message(wire.substr(0, n), d)) << n;
+  EXPECT_FALSE(decode_peer_message(wire + '\x01', d, &why));
+  EXPECT_EQ(why, "trailing bytes");
+  std::string four = wire;
+  four[0] = static_cast<char>(0x94);
+  EXPECT_FALSE(decode_peer_message(four, d, &why));
+  // The last appended value replaced by a container claiming 2^32 - 1 elements (mp_check alone
+  // would take its header for the whole of it), a string longer than what is left, or an array
+  // holding such a container.
+  const size_t last = wire.size() - 8;  // "trailer": a fixstr header and 7 bytes
+  ASSERT_EQ(static_cast<unsigned char>(wire[last]), 0xa7u);
+  for (const std::string& bad : {std::string("\xdd\xff\xff\xff\xff", 5), std::string("\xdf\xff\xff\xff\xff", 5),
+                                 std::string("\xdb\x00\x01\x00\x00xx", 7), std::string("\x91\xdd\x7f\xff\xff\xff", 6)}) {
+    EXPECT_FALSE(decode_peer_message(wire.substr(0, last) + bad, d, &why));
+    EXPECT_EQ(why, "bad message");
+  }
 }
 
 }  // namespace
