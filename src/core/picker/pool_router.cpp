@@ -89,6 +89,7 @@ std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
   last_now_ = std::max(last_now_, now);
   build_views(now);
   if (views_.empty()) return out;
+  out.reserve(views_.size());  // one allocation, not one per doubling
   if (PrefixTracker* t = policy_->prefix_tracker()) t->at(now);
   if (peer_)
     if (const double w = peer_->take_shed_work_ms(); w > 0) policy_->on_peer_shed(w, now);
