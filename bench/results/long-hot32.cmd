@@ -1,1 +1,2 @@
 sluice fleetsim --seed 2 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 480,560,640,720,800 --requests 24000 --workload hot_prefix --json --jobs 2   # source: 6a9be01  -> long-hot32-s2.json (the suite's hot32 cell, 3x its 8,000 requests; held-out seed 10 run too, not committed)
+# seeds 1, 3-9 (round 26, source: e80575c): the same command with --seed N -> long-hot32-sN.json
