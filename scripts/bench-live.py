@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Live comparison over loopback: the same simulated fleet (`sluice sim`, restarted fresh for every
-target so no cache carries over) behind each front end in turn, loaded by `sluice bench`:
+"""Live comparison over loopback: the same simulated fleet (`sluice sim`, restarted fresh, with a fresh
+front end, for every target and every rate, so no cache, queue or policy state carries over from one
+rate to the next: each rate starts cold, as each of fleetsim's runs does) behind each front end in
+turn, loaded by `sluice bench`:
 
   sluice:<policy>    `sluice serve` with that pool policy
   haproxy:<balance>  HAProxy (Debian) in HTTP mode with `balance roundrobin|leastconn`
@@ -134,23 +136,28 @@ def main():
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for target in a.targets.split(","):
-            sim = front = None
-            try:
-                sim, ports, model = start_sim(a)
-                front, port = start_front(a, target, ports, model, tmp)
-                out = os.path.join(tmp, "run.json")
-                cmd = [a.sluice, "bench", "--url", f"http://127.0.0.1:{port}", "--label", target, "--model", model,
-                       "--workload", a.workload, "--rates", a.rates, "--requests", str(a.requests),
-                       "--time-scale", str(a.time_scale), "--timeout", "300",
-                       "--metrics-url", ",".join(f"http://127.0.0.1:{p}/metrics" for p in ports),
-                       "--json-out", out]
-                print(f"== {target}", file=sys.stderr, flush=True)
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-                with open(out) as f:
-                    lines += [json.loads(l) for l in f if l.strip()]
-            finally:
-                stop(front)
-                stop(sim)
+            # One rate per fleet: with the rates of a sweep run back to back on one fleet, every rate
+            # after the first started with the last one's caches, queues and policy state (fleetsim
+            # starts each cold): cache_aware at 22 req/s on hot_prefix came out at 0.77 of fleetsim's
+            # goodput that way, 0.99 started cold (bench/results/live-vs-fleetsim.md).
+            for rate in a.rates.split(","):
+                sim = front = None
+                try:
+                    sim, ports, model = start_sim(a)
+                    front, port = start_front(a, target, ports, model, tmp)
+                    out = os.path.join(tmp, "run.json")
+                    cmd = [a.sluice, "bench", "--url", f"http://127.0.0.1:{port}", "--label", target, "--model", model,
+                           "--workload", a.workload, "--rates", rate, "--requests", str(a.requests),
+                           "--time-scale", str(a.time_scale), "--timeout", "300",
+                           "--metrics-url", ",".join(f"http://127.0.0.1:{p}/metrics" for p in ports),
+                           "--json-out", out]
+                    print(f"== {target} @ {rate}", file=sys.stderr, flush=True)
+                    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                    with open(out) as f:
+                        lines += [json.loads(l) for l in f if l.strip()]
+                finally:
+                    stop(front)
+                    stop(sim)
     with open(a.out + ".json", "w") as f:
         for l in lines:
             f.write(json.dumps(l) + "\n")
