@@ -166,7 +166,7 @@ def main():
     md = [f"# Live over loopback: {a.replicas} simulated replicas (`sluice sim`, {a.kv_blocks} KV blocks each, "
           f"time scale {a.time_scale:g}) behind each front end", "",
           f"Workload: {lines[0]['workload'] if lines else a.workload}. Figures in engine time. A fresh simulator "
-          "fleet for every target; one shared 2-core machine, so absolute latencies include the load generator's "
+          "fleet and front end for every target and rate; one shared 2-core machine, so absolute latencies include the load generator's "
           "and proxies' CPU contention.", "", "Made by:", "", "```", command, "```", "",
           "| target | rate | ok% | req/s | out tok/s | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | E2E p90 | goodput | engine hit rate |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
