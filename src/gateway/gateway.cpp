@@ -24,6 +24,10 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
                         "name, later ones other; - before or without authentication).",
                         {"pool", "reason", "tenant"})),
       cancellations(r.counter("sluice_cancellations_total", "Client disconnects by phase.", {"phase"})),
+      client_retries(r.counter("sluice_client_retries_total",
+                               "Requests that arrived as a client's retry (x-stainless-retry-count >= 1, sent by the "
+                               "OpenAI and Anthropic SDKs), whatever their outcome.",
+                               {"pool"})),
       duration(r.histogram("sluice_request_duration_seconds",
                            "End-to-end request duration at the gateway (model: the base model served, adapter: the "
                            "LoRA adapter or -; configured names only).",
@@ -112,6 +116,7 @@ void Gateway::complete(const RequestRecord& r, const Generation& gen) {
     if (r.status >= 400) access_log_.write(r);
     return;
   }
+  if (r.client_retry > 0) metrics_.client_retries.with({r.pool.empty() ? std::string_view("-") : std::string_view(r.pool)}).inc();
   // The model's latency series once it resolved to a pool; null: not (yet) a configured model.
   const ModelSeries* series = r.pool.empty() ? nullptr : gen.series_for(r.model);
   if (r.outcome == Outcome::ok && r.status == 200 && series) {

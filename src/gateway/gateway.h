@@ -37,6 +37,7 @@ struct GatewayMetrics {
   CounterFamily& requests;       // pool, model, status, outcome
   CounterFamily& rejects;        // pool, reason, tenant
   CounterFamily& cancellations;  // phase
+  CounterFamily& client_retries; // pool
   HistogramFamily& duration;     // pool, model, adapter (core/metrics/model_labels.h)
   HistogramFamily& ttft;         // pool, model, adapter
   HistogramFamily& itl;          // pool, model, adapter

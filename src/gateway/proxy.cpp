@@ -178,6 +178,7 @@ asio::awaitable<bool> RequestLife::run() {
   rec_.path = std::string(req_.target().substr(0, 256));
   rec_.method = "POST";  // the only method routed here (session.cpp)
   rec_.client = std::string(client_);
+  rec_.client_retry = client_retry_of(req_["x-stainless-retry-count"]);
   auto& admission = *gen_->admission;
   enforcing_ = admission.enforcing();
 

@@ -84,7 +84,9 @@ class OpenAiSdk(unittest.TestCase):
                 once = burst(0, 1)
                 time.sleep(3)  # the refused burst's backlog worked off
                 retried = burst(2, 2)
-                shed = metric(admin_metrics(admin), "sluice_rejects_total", reason="over_slo") or 0
+                m = admin_metrics(admin)
+                shed = metric(m, "sluice_rejects_total", reason="over_slo") or 0
+                client_retries = metric(m, "sluice_client_retries_total") or 0
             finally:
                 gw.stop()
         finally:
@@ -99,6 +101,11 @@ class OpenAiSdk(unittest.TestCase):
         self.assertGreater(ra[-1] - ra[0], 1000, f"the refusals are told to come back one after another: {ra}")
         self.assertGreaterEqual(retried["served"], 25, retried)
         self.assertGreater(shed, 40 - once["served"], "the retried burst was refused first, then served")
+        # The SDK numbers its attempts (x-stainless-retry-count): every arrival of the retried burst past
+        # the 40 first attempts is a retry, and only those count (the first burst's attempts carry 0).
+        arrivals = retried["served"] + (shed - (40 - once["served"]))
+        print(f"    client retries counted: {client_retries} ({arrivals} arrivals for 40 requests)")
+        self.assertEqual(client_retries, arrivals - 40, f"retries counted {client_retries}, arrivals {arrivals}")
 
 
 if __name__ == "__main__":

@@ -180,6 +180,7 @@ void EppExchange::set_request_headers(const EppHeaders& headers) {
   s_->rec.id = rid.empty() || rid.size() > 128 ? new_request_id() : std::string(rid);
   s_->rec.path = s_->path.substr(0, 256);
   s_->rec.listener = "ext_proc";
+  s_->rec.client_retry = client_retry_of(s_->fields["x-stainless-retry-count"]);
 }
 
 void EppExchange::set_subset(std::vector<std::string> subset) { s_->subset = epp::split_endpoints(subset); }

@@ -55,6 +55,16 @@ std::string rfc3339_now() {
                      tm.tm_min, tm.tm_sec, ms);
 }
 
+int client_retry_of(std::string_view header) {
+  if (header.empty() || header.size() > 4) return -1;
+  int n = 0;
+  for (const char c : header) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
 std::string access_log_line(const RequestRecord& r, std::string_view ts) {
   std::string out = "{\"ts\":";
   out.reserve(448);
@@ -77,6 +87,7 @@ std::string access_log_line(const RequestRecord& r, std::string_view ts) {
   if (r.reason != Reason::none) field(out, "reason", to_string(r.reason));
   out += r.stream ? ",\"stream\":true" : ",\"stream\":false";
   field(out, "attempts", r.attempts);
+  if (r.client_retry >= 0) field(out, "client_retry", r.client_retry);
   optional_tokens(out, "prompt_tokens", r.prompt_tokens);
   optional_tokens(out, "completion_tokens", r.completion_tokens);
   optional_tokens(out, "cached_tokens", r.cached_tokens);

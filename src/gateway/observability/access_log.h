@@ -46,7 +46,14 @@ struct RequestRecord {
   Duration max_gap{0};             // longest gap between streamed token events
   Duration duration{0};
   bool cancelled_while_streaming = false;
+  // The client's own retry number: the OpenAI and Anthropic SDKs send `x-stainless-retry-count` (0 on
+  // a first attempt, n on the n-th retry). -1: absent, or not a plain number.
+  int client_retry = -1;
 };
+
+// `x-stainless-retry-count`'s value: 0-9999 as sent, -1 for anything else (absent, signed, spaced,
+// too long).
+int client_retry_of(std::string_view header);
 
 // Writes one JSON line per request. Path "-" is stdout, "off" disables it, anything else a file.
 class AccessLog {

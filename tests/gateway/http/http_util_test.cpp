@@ -68,6 +68,16 @@ TEST(AccessLog, LineIsJsonWithEveryField) {
   EXPECT_NE(line.find("\"cached_tokens\":4,\"predicted_cached_tokens\":8"), std::string::npos) << line;
   EXPECT_NE(line.find("\"ttft_ms\":12.000"), std::string::npos);
   EXPECT_NE(line.find("\"duration_ms\":30.000}"), std::string::npos);
+  EXPECT_EQ(line.find("client_retry"), std::string::npos) << line;  // only when the client sent one
+  r.client_retry = 2;
+  EXPECT_NE(access_log_line(r).find("\"attempts\":0,\"client_retry\":2,"), std::string::npos) << access_log_line(r);
+}
+
+TEST(AccessLog, ClientRetryCountIsAPlainNumberOrNothing) {
+  EXPECT_EQ(client_retry_of("0"), 0);
+  EXPECT_EQ(client_retry_of("2"), 2);
+  EXPECT_EQ(client_retry_of("9999"), 9999);
+  for (const char* bad : {"", "10000", "-1", "+1", " 1", "1 ", "1.0", "x", "0x1"}) EXPECT_EQ(client_retry_of(bad), -1) << bad;
 }
 
 }  // namespace
