@@ -256,8 +256,11 @@
       { key: "predicted", label: "prefix hit (predicted)", value: predictedHit },
       { key: "duty", label: "duty cycle (avg)", value: duty },
     ]);
+    // Clients' own retries (the SDKs' x-stainless-retry-count): a retry storm beside its rejects.
+    const clientRetries = orZero(P.rate(short, cur, "sluice_client_retries_total", filter), rps);
     panels.reject.push(t, [
       { key: "rejects", label: "rejects/s", value: rejects },
+      { key: "client_retries", label: "client retries/s", value: clientRetries },
       { key: "ratio", label: "reject ratio", scale: "r", value: rejectRatio },
       { key: "duty", label: "duty cycle (avg)", scale: "r", value: duty },
     ]);

@@ -74,7 +74,7 @@ try {
   // Every chart has a rendered uPlot with at least 3 points in each of its key series.
   const wanted = {
     hit: ["prefix hit (engine)", "prefix hit (predicted)", "duty cycle (avg)"],
-    reject: ["rejects/s", "reject ratio", "duty cycle (avg)"],
+    reject: ["rejects/s", "client retries/s", "reject ratio", "duty cycle (avg)"],
     queue: ["queue time p99"],
     ttft: ["TTFT p99"],
     kv: null, waiting: null, picks: null, duty: null,   // per endpoint: every series
