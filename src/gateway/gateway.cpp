@@ -116,7 +116,8 @@ void Gateway::complete(const RequestRecord& r, const Generation& gen) {
     if (r.status >= 400) access_log_.write(r);
     return;
   }
-  if (r.client_retry > 0) metrics_.client_retries.with({r.pool.empty() ? std::string_view("-") : std::string_view(r.pool)}).inc();
+  const std::string_view pool = r.pool.empty() ? std::string_view("-") : std::string_view(r.pool);
+  if (r.client_retry > 0) metrics_.client_retries.with({pool}).inc();
   // The model's latency series once it resolved to a pool; null: not (yet) a configured model.
   const ModelSeries* series = r.pool.empty() ? nullptr : gen.series_for(r.model);
   if (r.outcome == Outcome::ok && r.status == 200 && series) {
@@ -129,7 +130,6 @@ void Gateway::complete(const RequestRecord& r, const Generation& gen) {
     }
   }
   const std::string status = std::to_string(r.status);
-  const std::string_view pool = r.pool.empty() ? std::string_view("-") : std::string_view(r.pool);
   // Model names are client-chosen: only configured ones become label values (bounded cardinality).
   const std::string_view model = r.model.empty() || !gen.ok_requests.contains(r.model) ? std::string_view("-") : std::string_view(r.model);
   metrics_.requests.with({pool, model, status, to_string(r.outcome)}).inc();

@@ -6,6 +6,7 @@
 #include "core/json_escape.h"
 #include "core/openai/request.h"
 
+#include <charconv>
 #include <chrono>
 #include <ctime>
 
@@ -56,13 +57,9 @@ std::string rfc3339_now() {
 }
 
 int client_retry_of(std::string_view header) {
-  if (header.empty() || header.size() > 4) return -1;
-  int n = 0;
-  for (const char c : header) {
-    if (c < '0' || c > '9') return -1;
-    n = n * 10 + (c - '0');
-  }
-  return n;
+  unsigned n = 0;  // unsigned: a sign is refused
+  const auto [end, ec] = std::from_chars(header.data(), header.data() + header.size(), n);
+  return header.size() <= 4 && ec == std::errc() && end == header.data() + header.size() ? static_cast<int>(n) : -1;
 }
 
 std::string access_log_line(const RequestRecord& r, std::string_view ts) {

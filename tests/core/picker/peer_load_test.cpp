@@ -57,6 +57,16 @@ PickRequest req_of(int64_t input, int64_t out = 50) {
 
 Time ms(int64_t v) { return Time(milliseconds(v)); }
 
+// A valid message `wire` decodes only whole: every truncation of it is refused, and so is it with a
+// byte after it.
+void expect_decodes_only_whole(const std::string& wire) {
+  PeerMessage d;
+  std::string why;
+  for (size_t n = 0; n < wire.size(); ++n) EXPECT_FALSE(decode_peer_message(wire.substr(0, n), d)) << n;
+  EXPECT_FALSE(decode_peer_message(wire + '\0', d, &why));
+  EXPECT_EQ(why, "trailing bytes");
+}
+
 TEST(PeerLoad, MergeAddsTheLivePeersInFlightLoad) {
   PeerLoad p(keys(2), "me", {});
   ASSERT_EQ(p.apply("a", 1, 1, report_of({{0, busy(3, 2, 5000)}}), ms(0)), PeerLoad::Applied::ok);
@@ -216,10 +226,7 @@ TEST(PeerReport, RoundTripsAndRefusesGarbage) {
   EXPECT_EQ(d.pools[0].endpoints[0].load.prefill_pairs, 123456789.0);
   EXPECT_EQ(d.pools[0].endpoints[0].load.picks_total, 77);
   EXPECT_EQ(d.pools[0].endpoints[1].load.decode_tokens, 100);
-  // Every truncation, and trailing bytes, are refused.
-  for (size_t n = 0; n < wire.size(); ++n) EXPECT_FALSE(decode_peer_message(wire.substr(0, n), d)) << n;
-  EXPECT_FALSE(decode_peer_message(wire + '\0', d, &why));
-  EXPECT_EQ(why, "trailing bytes");
+  expect_decodes_only_whole(wire);
   // Another version, plain text, a hostile element count.
   std::string v2 = wire;
   v2[1] = 2;
@@ -407,7 +414,7 @@ TEST(PeerLoad, PeersRefusedWorkCountsIncrementsSinceFirstHeard) {
   EXPECT_EQ(d.pools[0].shed_work_total_ms, 0);
   ASSERT_TRUE(decode_peer_message(three, d, &why)) << why;
   EXPECT_EQ(d.pools[0].shed_work_total_ms, 1234);
-  for (size_t n = 0; n < three.size(); ++n) EXPECT_FALSE(decode_peer_message(three.substr(0, n), d)) << n;
+  expect_decodes_only_whole(three);
   m.pools[0].shed_work_total_ms = static_cast<int64_t>(kMaxPeerValue) + 1;
   EXPECT_FALSE(decode_peer_message(encode_peer_message(m), d, &why));
   EXPECT_EQ(why, "bad shed work total");
@@ -463,9 +470,7 @@ TEST(PeerReport, FieldsALaterVersionAppendsAreSteppedOver) {
   EXPECT_EQ(d.pools[0].endpoints[0].load.in_flight, 10);
   EXPECT_EQ(d.pools[0].endpoints[0].load.picks_total, 100);
   // Truncated anywhere, with bytes after it, or fewer than the known elements: refused.
-  for (size_t n = 0; n < wire.size(); ++n) EXPECT_FALSE(decode_peer_message(wire.substr(0, n), d)) << n;
-  EXPECT_FALSE(decode_peer_message(wire + '\x01', d, &why));
-  EXPECT_EQ(why, "trailing bytes");
+  expect_decodes_only_whole(wire);
   std::string four = wire;
   four[0] = static_cast<char>(0x94);
   EXPECT_FALSE(decode_peer_message(four, d, &why));
