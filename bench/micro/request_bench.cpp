@@ -6,6 +6,8 @@
 //     Prose has no escapes (bench-overhead.sh's long prompt); Code has an escaped quote or newline
 //     every ~20 bytes, as source code pasted into a prompt does. 225280 is bench-overhead.sh's
 //     220 KB prompt, 409600 ~100k tokens.
+//   BM_ParseChatRender{Prose,Code}/<bytes>: the same bodies parsed as the gateway does
+//     (keep_message_text = false: the messages rendered into the prompt as they are read).
 #include <benchmark/benchmark.h>
 
 #include <string>
@@ -28,13 +30,15 @@ std::string chat_body(size_t bytes, bool code) {
          text + R"("}],"max_tokens":16,"temperature":0})";
 }
 
-void parse_chat(benchmark::State& state, bool code) {
+void parse_chat(benchmark::State& state, bool code, bool render = false) {
   std::string body = chat_body(static_cast<size_t>(state.range(0)), code);
   const size_t size = body.size();
   body.append(kBodyPadding, '\0');  // the gateway's RequestBody keeps this much zeroed padding
   const std::string_view view(body.data(), size);
+  ParseLimits limits;
+  limits.keep_message_text = !render;
   for (auto _ : state) {
-    ParseResult r = parse_request(ApiKind::chat, view, ParseLimits{}, true);
+    ParseResult r = parse_request(ApiKind::chat, view, limits, true);
     if (!r.ok()) state.SkipWithError(r.error.message.c_str());
     benchmark::DoNotOptimize(r);
   }
@@ -42,7 +46,13 @@ void parse_chat(benchmark::State& state, bool code) {
 }
 void BM_ParseChatProse(benchmark::State& state) { parse_chat(state, false); }
 void BM_ParseChatCode(benchmark::State& state) { parse_chat(state, true); }
+// The gateway's and the ext_proc server's parse (keep_message_text = false): messages rendered into
+// the prompt as they are read.
+void BM_ParseChatRenderProse(benchmark::State& state) { parse_chat(state, false, true); }
+void BM_ParseChatRenderCode(benchmark::State& state) { parse_chat(state, true, true); }
 BENCHMARK(BM_ParseChatProse)->Arg(30)->Arg(225280)->Arg(409600);
 BENCHMARK(BM_ParseChatCode)->Arg(225280);
+BENCHMARK(BM_ParseChatRenderProse)->Arg(30)->Arg(225280)->Arg(409600);
+BENCHMARK(BM_ParseChatRenderCode)->Arg(225280);
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -73,6 +74,42 @@ TEST(RequestParse, RenderingWhileReadingGivesTheSameText) {
   const auto c = parse_request(ApiKind::completion, R"({"model":"m","prompt":"once upon"})", render_now);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c.request->rendered, "once upon");
+}
+
+// Long texts (over 1 KB) are unescaped straight into the rendered prompt: the same text as the kept
+// messages' rendering, with every kind of escape, in string content and text parts, replaced by a
+// second content key, before the role is known, and refused alike when an escape is bad.
+TEST(RequestParse, RenderingLongTextsWhileReadingGivesTheSameText) {
+  std::string code;
+  while (code.size() < 3000) code += R"(  if (x == \"caf\u00e9 \ud83d\ude00\") {\n\treturn a\\b\/c;\r\n  })";
+  const std::string prose(5000, 'p');
+  const std::vector<std::string> bodies = {
+      R"({"model":"m","messages":[{"role":"system","content":")" + prose + R"("},{"role":"user","content":")" + code + R"("}]})",
+      R"({"model":"m","messages":[{"content":")" + code + R"(","role":"user"},{"role":"user","content":"short"}]})",
+      R"({"model":"m","messages":[{"role":"user","content":")" + prose + R"(","content":")" + code + R"("}]})",
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":")" + code + R"("},)"
+      R"({"type":"text","text":"mid"},{"type":"text","text":")" + prose + R"("}],"name":")" + code + R"("}]})",
+  };
+  for (const std::string& body : bodies) {
+    ParseLimits render_now;
+    render_now.keep_message_text = false;
+    const auto kept = parse_request(ApiKind::chat, body);
+    const auto rendered = parse_request(ApiKind::chat, body, render_now);
+    ASSERT_TRUE(kept.ok()) << kept.error.message;
+    ASSERT_TRUE(rendered.ok()) << rendered.error.message;
+    EXPECT_EQ(rendered.request->rendered, render_chat(kept.request->messages));
+    EXPECT_NE(rendered.request->rendered.find("caf\xc3\xa9 \xf0\x9f\x98\x80\") {\n\treturn a\\b/c;\r\n"), std::string::npos);
+  }
+  for (const std::string bad : {R"(\x)", R"(\ud83d)", R"(\u12)"}) {
+    const std::string body = R"({"model":"m","messages":[{"role":"user","content":")" + prose + bad + prose + R"("}]})";
+    ParseLimits render_now;
+    render_now.keep_message_text = false;
+    const auto kept = parse_request(ApiKind::chat, body);
+    const auto rendered = parse_request(ApiKind::chat, body, render_now);
+    EXPECT_FALSE(kept.ok()) << bad;
+    EXPECT_FALSE(rendered.ok()) << bad;
+    EXPECT_EQ(rendered.error.message, kept.error.message) << bad;
+  }
 }
 
 TEST(RequestParse, SharedSystemPromptGivesSharedRenderedPrefix) {
