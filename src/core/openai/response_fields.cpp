@@ -54,7 +54,7 @@ bool contains(std::string_view hay, std::string_view needle) {
 }
 
 // The `{...}` object that starts at json[i] (strings and escapes honoured), or npos. Strings are
-// crossed with memchr (json_string_end): a byte-by-byte walk cost ~1.5k instructions for a
+// crossed by json_string_end (json_scan.h): a byte-by-byte walk cost ~1.5k instructions for a
 // completion's usage object (callgrind, bench/results/overhead.txt run 15).
 size_t object_end(std::string_view json, size_t i) {
   int depth = 0;
