@@ -13,7 +13,7 @@
 #   long:   220 KB request bodies at LONG_CONNS (150) connections against nginx: time to first
 #           byte p50/p99 direct vs through sluice (goal: sluice adds <= 5 ms at p50, <= 20 ms at
 #           p99), and sluice's CPU per request (utime + stime from /proc) at 220 KB and at 100k-token
-#           (400 KB) prompts.
+#           (400 KB) prompts, and at 220 KB of source code (escape-dense JSON).
 #   stream: a 2,000-token SSE stream (nginx serves it at full speed) relayed by sluice with
 #           admission on (a tenant with a key): gateway CPU per relayed token (goal <= 2 us).
 #   syscalls (not in the default; needs perf with tracepoint access, i.e. root): small requests at
@@ -246,11 +246,14 @@ PY
 fi
 
 # ---- long prompts: 220 KB bodies, LONG_CONNS connections ------------------------------------------
-long_request() {  # bytes -> a chat request whose user message is that long
-  python3 - "$1" <<'PY'
+long_request() {  # bytes [code] -> a chat request whose user message is that long (code: source code, an
+                 # escaped quote or newline every ~12 bytes of its JSON, as code pasted into a prompt)
+  python3 - "$1" "${2:-}" <<'PY'
 import json, sys
 n = int(sys.argv[1])
-words = ("the quick brown fox jumps over the lazy dog while the fleet routes tokens " * (n // 70 + 1))[:n]
+unit = ('  if (x == "fox") {\n    return jumps("dog");\n  }\n' if sys.argv[2] == "code"
+        else "the quick brown fox jumps over the lazy dog while the fleet routes tokens ")
+words = (unit * (n // len(unit) + 1))[:n]
 print(json.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "max_tokens": 16,
                   "messages": [{"role": "system", "content": "You are a helpful assistant."},
                                {"role": "user", "content": words}]}))
@@ -272,8 +275,10 @@ LUA
 if [[ " $parts " == *" long "* ]]; then
   long_request 225280 > "$tmp/long220k.json"
   long_request 409600 > "$tmp/long100k.json"
+  long_request 225280 code > "$tmp/code220k.json"
   long_lua "$tmp/long220k.json" "$tmp/long220k.lua"
   long_lua "$tmp/long100k.json" "$tmp/long100k.lua"
+  long_lua "$tmp/code220k.json" "$tmp/code220k.lua"
   run_long() {  # port lua conns -> "rps p50 p99 errors n"
     run wrk -t1 -c"$3" -d"${duration}s" --timeout 10s -s "$2" "http://127.0.0.1:$1/v1/chat/completions" |
       sed -n 's/^RESULT rps=\([0-9.]*\) p50=\([0-9.]*\) p99=\([0-9.]*\) errors=\([0-9]*\) n=\([0-9]*\)/\1 \2 \3 \4 \5/p'
@@ -297,15 +302,21 @@ if [[ " $parts " == *" long "* ]]; then
   c1=$(cpu_us "$sluice_pid")
   read -r _ _ _ _ n100 <<<"$r100"
   cpu100=$(python3 -c "print(($c1 - $c0) / max(1, $n100))")
+  c0=$(cpu_us "$sluice_pid")
+  rcode=$(run_long "$sluice_port" "$tmp/code220k.lua" 16)
+  c1=$(cpu_us "$sluice_pid")
+  read -r _ _ _ _ ncode <<<"$rcode"
+  cpucode=$(python3 -c "print(($c1 - $c0) / max(1, $ncode))")
   read -r _ d50 d99 _ _ <<<"${lng[direct]}"
   read -r _ s50 s99 _ _ <<<"${lng[sluice]}"
-  python3 - "$d50" "$d99" "$s50" "$s99" "$cpu220" "$cpu100" <<'PY'
+  python3 - "$d50" "$d99" "$s50" "$s99" "$cpu220" "$cpu100" "$cpucode" <<'PY'
 import sys
-d50, d99, s50, s99, c220, c100 = map(float, sys.argv[1:])
+d50, d99, s50, s99, c220, c100, ccode = map(float, sys.argv[1:])
 a50, a99 = (s50 - d50) / 1000, (s99 - d99) / 1000
 print(f"sluice adds {a50:.2f} ms at p50 (goal <= 5: {'met' if a50 <= 5 else 'NOT met'}), "
       f"{a99:.2f} ms at p99 (goal <= 20: {'met' if a99 <= 20 else 'NOT met'}) to the time to first byte")
-print(f"sluice CPU per request: {c220:.0f} us at 220 KB prompts, {c100:.0f} us at 100k-token (400 KB) prompts")
+print(f"sluice CPU per request: {c220:.0f} us at 220 KB prompts, {c100:.0f} us at 100k-token (400 KB) prompts, "
+      f"{ccode:.0f} us at 220 KB of source code")
 PY
 fi
 
