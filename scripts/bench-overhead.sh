@@ -28,6 +28,10 @@
 #      ROUNDS (2, the syscalls part),
 #      BENCH_NICE (-10 as root, else 0): every measured process (nginx, haproxy, sluice, wrk) runs at
 #      this niceness, so that other work on a shared machine disturbs the three targets alike and less.
+#      UPSTREAM_RCVBUF (unset: the kernel's autotuned default): the canned upstream's listen socket
+#      receive buffer (nginx `listen ... rcvbuf=`), e.g. 1m. Over loopback, with nginx short of CPU,
+#      the gateway's 220 KB sends to it sometimes wait out TCP's persist timer (200 ms: `ss -tno` shows
+#      the timer on the gateway's sockets to nginx); a 1 MB buffer removes those stalls (overhead.txt, run 23).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sluice=${1:-$root/build-release/sluice}
@@ -96,7 +100,7 @@ http {
   keepalive_requests 1000000;
   client_body_temp_path $tmp/nginx/body;
   server {
-    listen 127.0.0.1:$nginx_port reuseport;
+    listen 127.0.0.1:$nginx_port reuseport${UPSTREAM_RCVBUF:+ rcvbuf=$UPSTREAM_RCVBUF};
     location / {
       default_type application/json;
       return 200 '$completion';
