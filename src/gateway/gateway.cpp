@@ -40,12 +40,15 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
                        pick_buckets())),
       overhead_family(r.histogram("sluice_gateway_overhead_seconds",
                                   "What the gateway itself costs a request, by phase: read_body, parse, admit (with the "
-                                  "queue wait), pick, connect (lease or open an upstream connection), first_upstream_byte "
-                                  "(request sent -> response head: the engine's own time, for comparison).",
+                                  "queue wait), pick, connect (lease or open an upstream connection), send_request (the "
+                                  "request written to the engine's socket: long once the engine stops reading), "
+                                  "first_upstream_byte (request sent -> response head: the engine's own time, for "
+                                  "comparison).",
                                   {"phase"}, overhead_buckets())),
       overhead_series{&overhead_family.with({"read_body"}), &overhead_family.with({"parse"}),
                       &overhead_family.with({"admit"}), &overhead_family.with({"pick"}),
-                      &overhead_family.with({"connect"}), &overhead_family.with({"first_upstream_byte"})},
+                      &overhead_family.with({"connect"}), &overhead_family.with({"send_request"}),
+                      &overhead_family.with({"first_upstream_byte"})},
       admin_requests(r.counter("sluice_admin_requests_total", "Answers of the admin listener by path and status.",
                                {"path", "status"})) {}
 

@@ -28,8 +28,8 @@
 namespace sluice {
 
 // What the gateway itself costs a request, by phase (sluice_gateway_overhead_seconds{phase}).
-enum class OverheadPhase : uint8_t { read_body, parse, admit, pick, connect, first_upstream_byte };
-inline constexpr size_t kOverheadPhases = 6;
+enum class OverheadPhase : uint8_t { read_body, parse, admit, pick, connect, send_request, first_upstream_byte };
+inline constexpr size_t kOverheadPhases = 7;
 
 struct GatewayMetrics {
   explicit GatewayMetrics(MetricsRegistry& r);

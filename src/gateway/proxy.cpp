@@ -128,7 +128,9 @@ class RequestLife {
   std::string response_head_from_upstream(bool chunked, size_t content_length);
   // Records a phase that began at `since`; returns its end (the next phase's start: one clock read).
   SteadyClock::time_point observe(OverheadPhase p, SteadyClock::time_point since) {
-    const auto end = SteadyClock::now();
+    return observe(p, since, SteadyClock::now());
+  }
+  SteadyClock::time_point observe(OverheadPhase p, SteadyClock::time_point since, SteadyClock::time_point end) {
     gw_.metrics().overhead(p).observe(std::chrono::duration<double>(end - since).count());
     return end;
   }
@@ -470,7 +472,8 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, size_t candidates, bool 
   up_.emplace(std::move(acquired.lease), down_, ExchangeDeadlines{tmo_.first_byte, tmo_.idle_gap, total_deadline_});
   const auto ec = co_await up_->send(upstream_head(), body_);
   if (!ec) {
-    observe(OverheadPhase::first_upstream_byte, phase);
+    // The request written (the engine took its last byte), then the engine's own time to its head.
+    observe(OverheadPhase::first_upstream_byte, observe(OverheadPhase::send_request, phase, up_->sent_at()));
     rec_.status = up_->status();
     report_attempt(attempt_result_of_status(rec_.status));
     if (rec_.status != 502 && rec_.status != 503) co_return Attempt{Attempt::Next::relay};

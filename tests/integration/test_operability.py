@@ -3,7 +3,9 @@ hash-key`; `--version` and sluice_build_info; process_* metrics; the reload-fail
 access log's fields (RFC 3339 timestamp, method, client, tenant, priority, queue time, "-" for
 empty) and the tenant on rejects (log and sluice_rejects_total); the engines' API key
 (upstream_auth) sent in place of the client's and never logged; stdout carrying only JSON lines;
---port refused with -c. Real `sluice serve` processes and the fake upstream on loopback ports.
+--port refused with -c; the overhead histogram's send_request phase (an engine slow to read a long
+body) apart from first_upstream_byte. Real `sluice serve` processes and the fake upstream on
+loopback ports.
 
 Run: python3 test_operability.py --sluice path/to/sluice"""
 import argparse
@@ -429,6 +431,96 @@ class Stdout(unittest.TestCase):
         self.assertEqual(len(lines), 3, out)
         for l in lines:
             self.assertEqual(json.loads(l)["status"], 200)
+
+
+class SlowReader:
+    """A model server that reads a long request's body only after `delay` s, through a 4 KB receive
+    buffer (set on the listening socket: the accepted ones inherit it, without autotuning), so the
+    gateway's send of a long body waits on TCP back-pressure; it answers at once after the body. GETs
+    (health checks, scrapes) are answered at once."""
+
+    def __init__(self, delay=0.6):
+        import socket
+        import threading
+        self.delay = delay
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        answer = json.dumps({"id": "x", "object": "chat.completion", "model": MODEL, "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}).encode()
+        buf = b""
+        try:
+            conn.settimeout(10)
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(4096)
+                    if not data:
+                        return
+                    buf += data
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                n = 0
+                for line in head.split(b"\r\n")[1:]:
+                    if line.lower().startswith(b"content-length:"):
+                        n = int(line.split(b":")[1])
+                if n > 65536:
+                    time.sleep(self.delay)
+                while len(buf) < n:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                buf = buf[n:]
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(answer)).encode() + b"\r\n\r\n" + answer)
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.stopped = True
+        self.sock.close()
+
+
+class OverheadPhases(unittest.TestCase):
+    """sluice_gateway_overhead_seconds tells the engine's back-pressure on a long request body
+    (send_request) from the engine's own time to answer (first_upstream_byte)."""
+
+    def test_a_slow_reading_engine_shows_in_send_request(self):
+        up = SlowReader(delay=0.6)
+        gw = None
+        try:
+            gw = Gateway(SLUICE, base_config(up.port).replace("max_body_bytes: 4096", "max_body_bytes: 8388608"))
+            # 6 MB: more than the gateway's socket can hold (tcp_wmem's 4 MB at most) and the engine's
+            # 4 KB buffer, so its write ends only once the engine has read most of it.
+            status, _, body = gw.request("POST", "/v1/chat/completions", chat("x" * (6 << 20)),
+                                         {"content-type": "application/json"}, timeout=20)
+            self.assertEqual(status, 200, body[:300])
+            text = gw.admin("/metrics")[1]
+            b = "sluice_gateway_overhead_seconds"
+            self.assertEqual(metric_value(text, b + "_count", phase="send_request"), 1)
+            self.assertGreaterEqual(metric_value(text, b + "_sum", phase="send_request"), 0.45)
+            self.assertEqual(metric_value(text, b + "_count", phase="first_upstream_byte"), 1)
+            self.assertLess(metric_value(text, b + "_sum", phase="first_upstream_byte"), 0.3)
+        finally:
+            if gw:
+                gw.stop()
+            up.stop()
 
 
 class MetricsDocs(unittest.TestCase):

@@ -66,6 +66,7 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body)};
   auto [wec, wn] = co_await write_now(lease_.socket(), bufs);
   if (wec) co_return wec;
+  sent_at_ = SteadyClock::now();
   down_.watch_now();  // the request is upstream: watch the client from here (Downstream::WatchFrom)
   // The answer is read after the worker's other ready handlers too: the engine has just been woken
   // and cannot have answered yet, so a read now (Asio tries every read at once) would find nothing;

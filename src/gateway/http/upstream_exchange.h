@@ -59,6 +59,8 @@ class UpstreamExchange {
   // A kept-alive connection that the server had closed before answering (retry on a fresh one).
   bool reused() const { return lease_.reused(); }
   bool nothing_received() const { return buffer_.size() == 0 && !head_read_; }
+  // When send() had written the whole request (the engine's socket took its last byte).
+  SteadyClock::time_point sent_at() const { return sent_at_; }
 
  private:
   UpstreamLease lease_;
@@ -68,6 +70,7 @@ class UpstreamExchange {
   boost::beast::flat_buffer buffer_;
   std::optional<UpstreamResponse> parser_;
   bool head_read_ = false;
+  SteadyClock::time_point sent_at_{};
 };
 
 }  // namespace sluice
