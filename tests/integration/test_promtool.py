@@ -109,7 +109,8 @@ def main():
     for alert in ["SluiceEngineMetricsStale", "SluiceEngineMetricsFrozen", "SluiceRejectRateHigh", "SluiceRejectsRising",
                   "SluiceQueueTimeP99High", "SluiceKVCachePressure", "SluiceEngineScrapeErrors",
                   "SluicePrometheusTargetDown", "SluiceQueueingWhileEnginesIdle", "SluiceUpstreamErrorRateHigh",
-                  "SluiceTTFTSLOBreached", "SluiceConfigReloadFailed", "SluiceClientRetryStorm"]:
+                  "SluiceTTFTSLOBreached", "SluiceConfigReloadFailed", "SluiceClientRetryStorm",
+                  "SluiceEnginesSlowToTakeRequests"]:
         if f"alert: {alert}\n" not in rules:
             failures.append(f"alert {alert} missing from sluice-alerts.yml")
 
