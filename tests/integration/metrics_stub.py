@@ -24,6 +24,11 @@ DIST = os.path.join(ROOT, "web", "dist")
 QUEUE_LE = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 TTFT_LE = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 RENDER_LE = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1]
+OVERHEAD_LE = [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 0.25, 1, 2.5, 10]
+# sluice_gateway_overhead_seconds: a typical time per phase (s); read_body is observed only for bodies
+# that did not arrive with their head (none here).
+OVERHEAD_PHASES = {"parse": 2e-5, "admit": 5e-6, "pick": 8e-6, "connect": 3e-6, "send_request": 1.5e-5,
+                   "first_upstream_byte": 0.15}
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8"}
 
@@ -49,6 +54,7 @@ class Fleet:
         self.queue_b = [0.0] * (len(QUEUE_LE) + 1)
         self.ttft_b = [0.0] * (len(TTFT_LE) + 1)
         self.render_b = [0.0] * (len(RENDER_LE) + 1)
+        self.overhead_b = {ph: [0.0] * (len(OVERHEAD_LE) + 1) for ph in OVERHEAD_PHASES}
         self.gauges = {e: {"kv": 0.2, "waiting": 0, "running": 0, "duty": 0.3, "inflight": 0} for e in self.endpoints}
 
     def add(self, key, v):
@@ -84,6 +90,8 @@ class Fleet:
         self.observe(self.queue_b, QUEUE_LE, q, n * 0.98)
         self.observe(self.queue_b, QUEUE_LE, q * 20, n * 0.02)
         self.observe(self.ttft_b, TTFT_LE, 0.2 + 0.1 * math.sin(t / 5), n)
+        for ph, typical in OVERHEAD_PHASES.items():
+            self.observe(self.overhead_b[ph], OVERHEAD_LE, typical * (1.2 + 0.5 * math.sin(t / 6)), n)
         # Engine render (token_ids.source render): a third of the bodies from the cache, a trickle of fallbacks.
         self.add(("render", "ok"), n * 0.6)
         self.add(("render", "cache_hit"), n * 0.35)
@@ -143,6 +151,12 @@ class Fleet:
                     out.append(f'{name}_bucket{{pool="{p}"{extra},le="{fmt_le(le)}"}} {v:.0f}')
                 out.append(f'{name}_sum{{pool="{p}"{extra}}} {b[-1] * 0.05:.3f}')
                 out.append(f'{name}_count{{pool="{p}"{extra}}} {b[-1]:.0f}')
+            fam("sluice_gateway_overhead_seconds", "histogram", "What the gateway itself costs a request, by phase.")
+            for ph, b in self.overhead_b.items():
+                for le, v in zip(OVERHEAD_LE + [math.inf], b):
+                    out.append(f'sluice_gateway_overhead_seconds_bucket{{phase="{ph}",le="{fmt_le(le)}"}} {v:.0f}')
+                out.append(f'sluice_gateway_overhead_seconds_sum{{phase="{ph}"}} {b[-1] * OVERHEAD_PHASES[ph]:.6f}')
+                out.append(f'sluice_gateway_overhead_seconds_count{{phase="{ph}"}} {b[-1]:.0f}')
             fam("sluice_queue_depth", "gauge", "Requests waiting in the gateway queue.")
             out.append(f'sluice_queue_depth{{pool="{p}",priority="0"}} 2')
             per_ep = [

@@ -23,10 +23,14 @@
   const fmtPct = (v) => (v == null || !isFinite(v) ? "–" : (100 * v).toFixed(1) + "%");
   const fmtNum = (v, d = 1) => (v == null || !isFinite(v) ? "–" : v.toFixed(d));
   const fmtSec = (v) => (v == null || !isFinite(v) ? "–" : v < 1 ? (1000 * v).toFixed(0) + " ms" : v.toFixed(2) + " s");
+  // Durations from microseconds (the gateway's own phases) to seconds (an engine's answer).
+  const fmtDur = (v) => (v == null || !isFinite(v) ? "–" : v < 1e-3 ? (1e6 * v).toFixed(0) + " us"
+    : v < 1 ? (1000 * v).toFixed(v < 0.01 ? 1 : 0) + " ms" : v.toFixed(2) + " s");
 
   // ---- a chart panel: named series over a shared time axis ---------------------------------
   class Panel {
-    // scales: { y: {range?: [lo, hi], label?, fmt?}, r?: {...} } ; series defs come with push().
+    // scales: { y: {range?: [lo, hi], label?, fmt?, log?}, r?: {...} } ; series defs come with push().
+    // log: a log10 axis (values <= 0 are not drawn).
     constructor(id, scales) {
       this.id = id;
       this.el = document.getElementById(id);
@@ -48,7 +52,8 @@
           this.cols.set(v.key, col);
           this.dirty = true;
         }
-        col.values.push(v.value == null || !isFinite(v.value) ? null : v.value);
+        const logScale = (this.scales[col.scale] || {}).log;
+        col.values.push(v.value == null || !isFinite(v.value) || (logScale && !(v.value > 0)) ? null : v.value);
         seen.add(v.key);
       }
       for (const [key, col] of this.cols) if (!seen.has(key)) col.values.push(null);
@@ -66,9 +71,17 @@
         values: (u, vals) => vals.map((v) => new Date(v * 1000).toLocaleTimeString([], { hour12: false })) }];
       let side = 3;
       for (const [name, s] of Object.entries(this.scales)) {
-        scales[name] = s.range ? { auto: false, range: s.range } : { auto: true, range: (u, lo, hi) => [0, Math.max(hi * 1.1, s.min || 1e-9)] };
+        scales[name] = s.log ? { distr: 3, log: 10 }
+          : s.range ? { auto: false, range: s.range } : { auto: true, range: (u, lo, hi) => [0, Math.max(hi * 1.1, s.min || 1e-9)] };
         axes.push({ scale: name, side, label: s.label, stroke: "#aab", size: 60,
           ...(s.ints ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] } : {}),
+          // A log axis: ticks and grid at the powers of ten only.
+          ...(s.log ? { splits: (u, i, min, max) => {
+            const out = [];
+            for (let e = Math.floor(Math.log10(min)); e <= Math.ceil(Math.log10(max)); e++)
+              if (10 ** e >= min && 10 ** e <= max) out.push(10 ** e);
+            return out;
+          } } : {}),
           grid: { show: side === 3, stroke: "#2a2f3a" }, ticks: { stroke: "#2a2f3a" },
           values: (u, vals) => vals.map((v) => (s.fmt ? s.fmt(v) : v)) });
         side = 1;
@@ -104,6 +117,8 @@
     }
   }
 
+  // sluice_gateway_overhead_seconds's phases, in the order a request passes them (docs/metrics.md).
+  const OVERHEAD_PHASES = ["read_body", "parse", "admit", "pick", "connect", "send_request", "first_upstream_byte"];
   const ratio = { range: [0, 1], label: "ratio", fmt: fmtPct };
   const panels = {
     hit: new Panel("chart-hit", { y: ratio }),
@@ -120,6 +135,7 @@
     tokens: new Panel("chart-tokens", { y: { label: "tokens/s", fmt: (v) => fmtNum(v, 0), min: 1 },
       r: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
     freshness: new Panel("chart-freshness", { y: { label: "seconds", fmt: fmtSec, min: 1 } }),
+    overhead: new Panel("chart-overhead", { y: { label: "seconds", fmt: fmtDur, log: true } }),
     // Engine KV events (pools with kv_events): drawn only while the gateway exports them.
     kvEvents: new Panel("chart-kv-events", { y: { label: "per second", fmt: (v) => fmtNum(v, 1), min: 1 },
       r: { label: "seconds", fmt: fmtSec, min: 0.01 } }),
@@ -294,6 +310,11 @@
       { key: "itl", label: "ITL p99", scale: "r", value: itlP99 },
     ]);
     panels.freshness.push(t, perEp("sluice_endpoint_scrape_age_seconds"));
+    // What the gateway itself costs a request, by phase (all pools: the histogram has no pool label),
+    // beside the engine's own time to its response head. A phase with nothing observed in the window
+    // (read_body: small bodies arrive with their head) draws a gap.
+    panels.overhead.push(t, OVERHEAD_PHASES.map((ph) => ({ key: ph, label: ph + " p99",
+      value: P.histogramQuantile(0.99, P.bucketIncrease(short, cur, "sluice_gateway_overhead_seconds", (l) => l.phase === ph)) })));
     // KV events: what the subscribers receive and drop, how late, and where the picker's predicted
     // cached tokens came from (events, the gateway's own recent dispatches, or the learned index for
     // endpoints whose events are stale), as shares of the prompt tokens beside the engines' hit rate.

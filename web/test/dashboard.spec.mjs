@@ -81,6 +81,7 @@ try {
     upstream: ["upstream errors + timeouts", "retries", "retries refused"],
     tokens: ["streamed token events/s"],
     freshness: null,
+    overhead: ["parse p99", "admit p99", "pick p99", "connect p99", "send_request p99", "first_upstream_byte p99"],
   };
   // --kv: the gateway exports KV-event metrics (pools with kv_events): their two panels must draw.
   if (opt.kv) {
