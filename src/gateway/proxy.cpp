@@ -98,7 +98,7 @@ class RequestLife {
   asio::awaitable<void> render_token_ids();
   asio::awaitable<void> forward_and_relay(std::vector<Candidate> candidates);
   asio::awaitable<bool> forward(const std::vector<Candidate>& candidates);
-  asio::awaitable<Attempt> attempt(size_t i, size_t candidates, bool fresh);
+  asio::awaitable<Attempt> attempt(size_t i, std::span<const Candidate> candidates, bool fresh);
   std::string upstream_head() const;
   asio::awaitable<void> relay_buffered();
   asio::awaitable<void> relay_stream();
@@ -119,7 +119,7 @@ class RequestLife {
   // Passive outlier detection: the attempt on the current endpoint ended this way.
   void report_attempt(AttemptResult r);
   // A retry on candidate `next` is allowed: it exists, the per-request count and the pool budget allow it.
-  bool may_retry(size_t next, size_t candidates);
+  bool may_retry(size_t next, std::span<const Candidate> candidates);
   asio::awaitable<void> respond_failure();
   void on_event(const SseEvent& ev, SteadyClock::time_point now);
   void flush_tokens();
@@ -385,15 +385,19 @@ asio::awaitable<void> RequestLife::forward_and_relay(std::vector<Candidate> cand
 asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candidates) {
   bool fresh = false;
   for (size_t i = 0; i < candidates.size();) {
-    const auto& cand = candidates[i];
-    if (!guard_ || guard_.endpoint() != cand.endpoint) {
+    if (!guard_ || guard_.endpoint() != candidates[i].endpoint) {
+      // The first candidate below the hard cap from i on, taken under the pool's lock (another
+      // worker may have filled the ranked one since the ranking). None: admission promised this
+      // request a slot, so only a retry's race can get here; it goes to candidates[i] as ranked.
+      if (DispatchGuard g = router_->dispatch_below_cap(pick_, candidates, i, gw_.now())) guard_ = std::move(g);
+      else guard_ = router_->dispatch(pick_, candidates[i], gw_.now());
+      const auto& cand = candidates[i];
       rec_.attempts = static_cast<int>(i) + 1;
       rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
       rec_.predicted_cached_tokens = cand.predicted_cached_tokens;
-      guard_ = router_->dispatch(pick_, cand, gw_.now());
       ticket_->on_dispatched();
     }
-    const Attempt a = co_await attempt(i, candidates.size(), fresh);
+    const Attempt a = co_await attempt(i, candidates, fresh);
     switch (a.next) {
       case Attempt::Next::relay:
         co_return true;
@@ -429,7 +433,7 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
 // first-byte timeout (a hung engine) or a 502/503 head is retried on the next-ranked candidate (at
 // most retry.max_retries times, within the pool's retry budget). An upstream Retry-After up to
 // retry.max_retry_after is waited out first; a longer one passes the response on.
-asio::awaitable<Attempt> RequestLife::attempt(size_t i, size_t candidates, bool fresh) {
+asio::awaitable<Attempt> RequestLife::attempt(size_t i, std::span<const Candidate> candidates, bool fresh) {
   // Retry on the next candidate when allowed; else record `failure` and stop.
   const auto retry_or_fail = [&](AttemptResult result, Failure failure) -> Attempt {
     report_attempt(result);
@@ -515,9 +519,11 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, size_t candidates, bool 
   co_return Attempt{Attempt::Next::stop};
 }
 
-bool RequestLife::may_retry(size_t next, size_t candidates) {
-  if (next >= candidates || static_cast<int>(next) > router_->config().retry.max_retries) return false;
+bool RequestLife::may_retry(size_t next, std::span<const Candidate> candidates) {
+  if (next >= candidates.size() || static_cast<int>(next) > router_->config().retry.max_retries) return false;
   if (down_.gone() || SteadyClock::now() >= total_deadline_) return false;
+  // The hard cap holds for retries too: no other endpoint has a slot, no retry.
+  if (!router_->any_below_cap(candidates, next)) return false;
   if (health_ && !health_->try_retry(gw_.now())) {
     spdlog::debug("request {}: retry budget of pool {} exhausted", rec_.id, router_->config().name);
     return false;

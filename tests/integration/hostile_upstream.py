@@ -4,7 +4,8 @@ sockets, one thread per connection). Prints "PORT <n>" once listening.
 
 The behaviour of a POST is its mode: the `x-hostile` request header if present (the gateway
 forwards it), else --mode. GET /_stats (answered in every mode except `hang`) returns
-{"requests": n, "concurrent": now, "max_concurrent": peak, "connections": n}; GET /_reset zeroes
+{"requests": n, "concurrent": now, "max_concurrent": peak, "connections": n} (a POST counts as concurrent
+from its head read until just before its answer's last bytes are sent); GET /_reset zeroes
 the peak; GET /health and /metrics answer 200 (vLLM-style gauges) unless the mode is `hang`.
 
   ok            a normal answer: JSON (Content-Length) or, for "stream": true, chunked SSE; the
@@ -101,8 +102,9 @@ def answer_get(conn, path):
         conn.sendall(json_response({}))
 
 
-def answer_post(conn, mode, headers, body, seq):
-    """Returns False when the connection must close afterwards."""
+def answer_post(conn, mode, headers, body, seq, end):
+    """Returns False when the connection must close afterwards. `ok` calls end() just before its
+    answer's last bytes: the request stops counting as concurrent before the gateway can see it end."""
     try:
         req = json.loads(body or b"{}")
     except ValueError:
@@ -147,7 +149,9 @@ def answer_post(conn, mode, headers, body, seq):
     if delay:
         time.sleep(delay)
     if not stream:
-        conn.sendall(json_response(completion(req, seq, int(headers.get("x-hostile-tokens", "5")))))
+        answer = json_response(completion(req, seq, int(headers.get("x-hostile-tokens", "5"))))
+        end()
+        conn.sendall(answer)
         return True
     gap = float(headers.get("x-hostile-gap-ms", "0")) / 1000
     out = SSE_HEAD
@@ -156,6 +160,7 @@ def answer_post(conn, mode, headers, body, seq):
         out = b""
         if gap:
             time.sleep(gap)
+    end()
     conn.sendall(out + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
     return True
 
@@ -183,11 +188,17 @@ def serve(conn):
                 seq = STATS["requests"]
                 STATS["concurrent"] += 1
                 STATS["max_concurrent"] = max(STATS["max_concurrent"], STATS["concurrent"])
+            ended = []
+
+            def end():
+                if not ended:
+                    ended.append(True)
+                    with LOCK:
+                        STATS["concurrent"] -= 1
             try:
-                keep = answer_post(conn, mode, headers, body, seq)
+                keep = answer_post(conn, mode, headers, body, seq, end)
             finally:
-                with LOCK:
-                    STATS["concurrent"] -= 1
+                end()
             if not keep:
                 return
     except OSError:

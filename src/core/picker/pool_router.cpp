@@ -94,12 +94,36 @@ std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
   if (peer_)
     if (const double w = peer_->take_shed_work_ms(); w > 0) policy_->on_peer_shed(w, now);
   policy_->rank(req, views_, now, out);
-  // The hard in-flight cap is the gateway's own: an endpoint at it is saturated whatever it scores.
-  for (auto& c : out)
-    if (endpoints_[c.endpoint].load.in_flight >= config_.max_in_flight_per_endpoint) c.saturated = true;
-  if (std::any_of(out.begin(), out.end(), [](const Candidate& c) { return c.saturated; }))
-    std::stable_partition(out.begin(), out.end(), [](const Candidate& c) { return !c.saturated; });
+  // The hard in-flight cap is the gateway's own: an endpoint at it comes after every endpoint below
+  // it, even those the policy found saturated (a tier of its own: were the two one tier, the
+  // policy's order inside it could put an endpoint at the cap first), and is marked saturated.
+  bool capped = false, saturated = false;
+  for (auto& c : out) {
+    saturated |= c.saturated;
+    if (at_cap(c.endpoint)) c.saturated = capped = true;
+  }
+  if (saturated || capped) {
+    const auto below = std::stable_partition(out.begin(), out.end(), [](const Candidate& c) { return !c.saturated; });
+    if (capped) std::stable_partition(below, out.end(), [this](const Candidate& c) { return !at_cap(c.endpoint); });
+  }
   return out;
+}
+
+DispatchGuard PoolRouter::dispatch_below_cap(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now) {
+  std::lock_guard lock(mu_);
+  for (size_t j = i; j < ranked.size(); ++j)
+    if (!at_cap(ranked[j].endpoint)) {
+      i = j;
+      return dispatch_locked(req, ranked[j], now);
+    }
+  return {};
+}
+
+bool PoolRouter::any_below_cap(std::span<const Candidate> ranked, size_t i) const {
+  std::lock_guard lock(mu_);
+  for (size_t j = i; j < ranked.size(); ++j)
+    if (!at_cap(ranked[j].endpoint)) return true;
+  return false;
 }
 
 void PoolRouter::on_shed(std::span<const Candidate> ranked, Time now) {
@@ -110,8 +134,12 @@ void PoolRouter::on_shed(std::span<const Candidate> ranked, Time now) {
 }
 
 DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chosen, Time now) {
-  DispatchGuard g;
   std::lock_guard lock(mu_);
+  return dispatch_locked(req, chosen, now);
+}
+
+DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidate& chosen, Time now) {
+  DispatchGuard g;
   auto& load = endpoints_.at(chosen.endpoint).load;
   g.router_ = this;
   g.endpoint_ = chosen.endpoint;

@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,11 +72,19 @@ class PoolRouter {
   std::string_view policy_name() const { return policy_->name(); }
   size_t size() const { return endpoints_.size(); }
 
-  // Ranks the healthy endpoints for `req`, best first. Saturated candidates are moved after
-  // unsaturated ones whatever their score. Empty when no endpoint is healthy.
+  // Ranks the healthy endpoints for `req`, best first, in three tiers whatever the scores: below
+  // max_in_flight_per_endpoint and not saturated, saturated by the policy (its queue or KV limits),
+  // then at the cap (marked saturated too). Empty when no endpoint is healthy.
   std::vector<Candidate> rank(const PickRequest& req, Time now);
   // Records a dispatch to `endpoint` (own accounting + the policy's learning).
   DispatchGuard dispatch(const PickRequest& req, const Candidate& chosen, Time now);
+  // The hard cap kept across workers: the ranking was taken under an earlier hold of the pool's
+  // lock, and another worker may have filled an endpoint since. Dispatches, under one hold, to the
+  // first of ranked[i..] whose endpoint is below max_in_flight_per_endpoint (in rank order), and
+  // sets i to it. An empty guard (i unchanged) when every one of them is at the cap.
+  DispatchGuard dispatch_below_cap(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now);
+  // Whether one of ranked[i..] is below the cap now (a retry only moves to such an endpoint).
+  bool any_below_cap(std::span<const Candidate> ranked, size_t i) const;
   // Records that the driver refused a request on the policy's advice (shed_advised; `ranked`: its
   // candidates): the policy counts it in the Retry-After of those shed after it (sluice_policy.h).
   void on_shed(std::span<const Candidate> ranked, Time now);
@@ -162,6 +171,10 @@ class PoolRouter {
                uint64_t seq);
   void move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now);
   void leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now);  // mu_ held
+  DispatchGuard dispatch_locked(const PickRequest& req, const Candidate& chosen, Time now);  // mu_ held
+  bool at_cap(size_t endpoint) const {  // mu_ held
+    return endpoints_[endpoint].load.in_flight >= config_.max_in_flight_per_endpoint;
+  }
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;
   void build_views(Time now);  // mu_ held: views_ over the healthy endpoints, peers' load merged

@@ -1,5 +1,6 @@
 #include "gateway/extproc/epp_exchange.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include <boost/asio/cancellation_signal.hpp>
@@ -336,7 +337,7 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   addresses.reserve(ranked.size());
   for (const auto& c : ranked) addresses.push_back(router.config().endpoints[c.endpoint].address.str());
   std::vector<std::string_view> views(addresses.begin(), addresses.end());
-  const auto allowed = epp::restrict_to_subset(views, subset ? &*subset : nullptr);
+  auto allowed = epp::restrict_to_subset(views, subset ? &*subset : nullptr);
   pool->series.pick->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - phase).count());
   observe(OverheadPhase::pick, phase);
   if (allowed.empty()) {
@@ -359,7 +360,6 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   for (size_t i : allowed) candidates.push_back(ranked[i]);
   pool->health.on_request(gw.now());  // counted once it is sent on, as in proxy.cpp (the retry budget)
   EppAnswer a;
-  a.destination = epp::destination_list(views, allowed, static_cast<size_t>(cfg.destinations));
   {
     std::lock_guard lock(mu);
     if (gone.load()) {  // the stream ended while ranking
@@ -367,12 +367,21 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
       a.stream_gone = true;
       return a;
     }
+    // The first candidate below the hard cap, taken under the pool's lock (another request may have
+    // filled the first-ranked endpoint since the ranking): it is the primary destination, the rest
+    // follow in rank order. None (admission promised a slot; not expected): the first, as ranked.
+    size_t first = 0;
+    if (DispatchGuard g = router.dispatch_below_cap(pick, candidates, first, gw.now())) guard = std::move(g);
+    else guard = router.dispatch(pick, candidates.front(), gw.now());
+    const auto k = static_cast<std::ptrdiff_t>(first);
+    std::rotate(candidates.begin(), candidates.begin() + k, candidates.begin() + k + 1);
+    std::rotate(allowed.begin(), allowed.begin() + k, allowed.begin() + k + 1);
     rec.attempts = 1;
     rec.endpoint = router.config().endpoints[candidates.front().endpoint].name;
     rec.predicted_cached_tokens = candidates.front().predicted_cached_tokens;
-    guard = router.dispatch(pick, candidates.front(), gw.now());
     ticket->on_dispatched();
   }
+  a.destination = epp::destination_list(views, allowed, static_cast<size_t>(cfg.destinations));
 
   // ---- the body for the engine: alias target, the reserved output bound, usage for settling ----
   const bool generating = kind != ApiKind::embedding;
