@@ -392,7 +392,7 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
       if (DispatchGuard g = router_->dispatch_below_cap(pick_, candidates, i, gw_.now())) guard_ = std::move(g);
       else guard_ = router_->dispatch(pick_, candidates[i], gw_.now());
       const auto& cand = candidates[i];
-      rec_.attempts = static_cast<int>(i) + 1;
+      ++rec_.attempts;  // attempts made (a candidate skipped at the cap is not one)
       rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
       rec_.predicted_cached_tokens = cand.predicted_cached_tokens;
       ticket_->on_dispatched();
