@@ -118,7 +118,8 @@ class RequestLife {
   void fail_upstream(boost::system::error_code ec, bool mid_stream);
   // Passive outlier detection: the attempt on the current endpoint ended this way.
   void report_attempt(AttemptResult r);
-  // A retry on candidate `next` is allowed: it exists, the per-request count and the pool budget allow it.
+  // A retry on candidate `next` is allowed: it exists, the per-request count and the pool budget allow
+  // it, and one of the candidates from it on is below the in-flight cap.
   bool may_retry(size_t next, std::span<const Candidate> candidates);
   asio::awaitable<void> respond_failure();
   void on_event(const SseEvent& ev, SteadyClock::time_point now);
@@ -520,7 +521,8 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, std::span<const Candidat
 }
 
 bool RequestLife::may_retry(size_t next, std::span<const Candidate> candidates) {
-  if (next >= candidates.size() || static_cast<int>(next) > router_->config().retry.max_retries) return false;
+  // The attempts made so far (not the candidate's index: candidates at the cap may have been skipped).
+  if (next >= candidates.size() || rec_.attempts > router_->config().retry.max_retries) return false;
   if (down_.gone() || SteadyClock::now() >= total_deadline_) return false;
   // The hard cap holds for retries too: no other endpoint has a slot, no retry.
   if (!router_->any_below_cap(candidates, next)) return false;
