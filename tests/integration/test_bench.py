@@ -9,6 +9,7 @@
   5. `sluice bench` without --model at a gateway with tenants: /v1/models is read with --api-key and
      the key's first allowed model is sent; without a key it says the gateway wants one.
   6. bench/suite/margins.py sums acceptance.py's per-rate verdicts over a fleetsim sweep.
+  7. bench/suite/p90_noise.py's percentile is fleetsim's (it restates it in Python).
 
 Run: python3 tests/integration/test_bench.py --sluice build/sluice
 """
@@ -100,6 +101,34 @@ def test_margins(sluice):
                              capture_output=True, text=True, timeout=60)
         check(bad.returncode != 0 and "no file matches" in bad.stderr, f"margins on no files: {bad.returncode} {bad.stderr}")
     log("ok: margins.py sums acceptance.py's verdicts")
+
+
+def test_p90_noise_percentile(sluice):
+    """bench/suite/p90_noise.py restates fleetsim's percentile rule (src/model/workload/stats.cpp) in
+    Python so that its full-run ratios are the committed ones: the two must agree, on TTFTs that vary."""
+    import os
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.join(root, "bench", "suite"))
+    import p90_noise
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "trace.jsonl")
+        runs = run_json([sluice, "fleetsim", "--policy", "round_robin,least_request", "--replicas", "2",
+                         "--workload", "shared_prefix:small", "--rates", "60", "--requests", "203", "--json",
+                         "--trace", trace])
+        ttft = {}
+        for line in open(trace):
+            r = json.loads(line)
+            if r.get("status") == 200:
+                ttft.setdefault(r["policy"], []).append(r["ttft_ms"])
+    for r in runs:
+        xs = sorted(ttft[r["policy"]])
+        check(len(set(xs)) > 20, f"{r['policy']}: TTFTs too alike to tell percentile rules apart")
+        want = r["figures"]["ttft_s"]["p90"] * 1000
+        got = p90_noise.p90(xs)
+        # The trace's TTFTs are rounded to 1 us.
+        check(abs(got - want) < 0.002, f"{r['policy']}: p90_noise.p90 {got:.4f} ms, fleetsim {want:.4f} ms")
+    log("ok: p90_noise.py's percentile is fleetsim's")
 
 
 class Sim:
@@ -223,6 +252,7 @@ def main():
     t0 = time.time()
     test_fleetsim(a.sluice)
     test_margins(a.sluice)
+    test_p90_noise_percentile(a.sluice)
     test_live(a.sluice)
     test_failures(a.sluice)
     test_tenant_gateway(a.sluice)
