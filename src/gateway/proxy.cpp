@@ -387,11 +387,8 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
   bool fresh = false;
   for (size_t i = 0; i < candidates.size();) {
     if (!guard_ || guard_.endpoint() != candidates[i].endpoint) {
-      // The first candidate below the hard cap from i on, taken under the pool's lock (another
-      // worker may have filled the ranked one since the ranking). None: admission promised this
-      // request a slot, so only a retry's race can get here; it goes to candidates[i] as ranked.
-      if (DispatchGuard g = router_->dispatch_below_cap(pick_, candidates, i, gw_.now())) guard_ = std::move(g);
-      else guard_ = router_->dispatch(pick_, candidates[i], gw_.now());
+      // The first candidate below the hard cap from i on (PoolRouter::place).
+      guard_ = router_->place(pick_, candidates, i, gw_.now());
       const auto& cand = candidates[i];
       ++rec_.attempts;  // attempts made (a candidate skipped at the cap is not one)
       rec_.endpoint = router_->config().endpoints[cand.endpoint].name;

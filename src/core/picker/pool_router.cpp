@@ -109,21 +109,20 @@ std::vector<Candidate> PoolRouter::rank(const PickRequest& req, Time now) {
   return out;
 }
 
-DispatchGuard PoolRouter::dispatch_below_cap(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now) {
+size_t PoolRouter::first_below_cap(std::span<const Candidate> ranked, size_t i) const {
+  while (i < ranked.size() && at_cap(ranked[i].endpoint)) ++i;
+  return i;
+}
+
+DispatchGuard PoolRouter::place(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now) {
   std::lock_guard lock(mu_);
-  for (size_t j = i; j < ranked.size(); ++j)
-    if (!at_cap(ranked[j].endpoint)) {
-      i = j;
-      return dispatch_locked(req, ranked[j], now);
-    }
-  return {};
+  if (const size_t j = first_below_cap(ranked, i); j < ranked.size()) i = j;
+  return dispatch_locked(req, ranked[i], now);
 }
 
 bool PoolRouter::any_below_cap(std::span<const Candidate> ranked, size_t i) const {
   std::lock_guard lock(mu_);
-  for (size_t j = i; j < ranked.size(); ++j)
-    if (!at_cap(ranked[j].endpoint)) return true;
-  return false;
+  return first_below_cap(ranked, i) < ranked.size();
 }
 
 void PoolRouter::on_shed(std::span<const Candidate> ranked, Time now) {

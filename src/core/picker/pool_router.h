@@ -78,11 +78,12 @@ class PoolRouter {
   std::vector<Candidate> rank(const PickRequest& req, Time now);
   // Records a dispatch to `endpoint` (own accounting + the policy's learning).
   DispatchGuard dispatch(const PickRequest& req, const Candidate& chosen, Time now);
-  // The hard cap kept across workers: the ranking was taken under an earlier hold of the pool's
-  // lock, and another worker may have filled an endpoint since. Dispatches, under one hold, to the
-  // first of ranked[i..] whose endpoint is below max_in_flight_per_endpoint (in rank order), and
-  // sets i to it. An empty guard (i unchanged) when every one of them is at the cap.
-  DispatchGuard dispatch_below_cap(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now);
+  // Places a ranked request, keeping the hard cap across workers: the ranking was taken under an
+  // earlier hold of the pool's lock, and another worker may have filled an endpoint since.
+  // Dispatches, under one hold, to the first of ranked[i..] whose endpoint is below
+  // max_in_flight_per_endpoint (in rank order) and sets i to it; when every one of them is at the
+  // cap (admission promised the request a slot, so only a retry's race gets here), to ranked[i].
+  DispatchGuard place(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now);
   // Whether one of ranked[i..] is below the cap now (a retry only moves to such an endpoint).
   bool any_below_cap(std::span<const Candidate> ranked, size_t i) const;
   // Records that the driver refused a request on the policy's advice (shed_advised; `ranked`: its
@@ -175,6 +176,8 @@ class PoolRouter {
   bool at_cap(size_t endpoint) const {  // mu_ held
     return endpoints_[endpoint].load.in_flight >= config_.max_in_flight_per_endpoint;
   }
+  // The first of ranked[i..] below the cap, or ranked.size() (mu_ held).
+  size_t first_below_cap(std::span<const Candidate> ranked, size_t i) const;
   void consume_decode(size_t endpoint, int64_t n);
   bool is_stale(const Endpoint& ep, Time now) const;
   void build_views(Time now);  // mu_ held: views_ over the healthy endpoints, peers' load merged

@@ -367,12 +367,10 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
       a.stream_gone = true;
       return a;
     }
-    // The first candidate below the hard cap, taken under the pool's lock (another request may have
-    // filled the first-ranked endpoint since the ranking): it is the primary destination, the rest
-    // follow in rank order. None (admission promised a slot; not expected): the first, as ranked.
+    // The first candidate below the hard cap (PoolRouter::place) is the primary destination, the
+    // rest follow in rank order.
     size_t first = 0;
-    if (DispatchGuard g = router.dispatch_below_cap(pick, candidates, first, gw.now())) guard = std::move(g);
-    else guard = router.dispatch(pick, candidates.front(), gw.now());
+    guard = router.place(pick, candidates, first, gw.now());
     const auto k = static_cast<std::ptrdiff_t>(first);
     std::rotate(candidates.begin(), candidates.begin() + k, candidates.begin() + k + 1);
     std::rotate(allowed.begin(), allowed.begin() + k, allowed.begin() + k + 1);

@@ -64,6 +64,13 @@ TEST(PoolRouterSaturation, FreshSignalsOrTheHardCapSaturate) {
   EXPECT_FALSE(r.saturated(t + 1s));
 }
 
+// `n` requests dispatched straight to `endpoint`, their guards kept in `held`.
+void hold(PoolRouter& r, size_t endpoint, int n, Time t, std::vector<DispatchGuard>& held) {
+  PickRequest req;
+  req.input_tokens = 10;
+  for (int i = 0; i < n; ++i) held.push_back(r.dispatch(req, Candidate{endpoint, 0, 0, false}, t));
+}
+
 // An endpoint at the hard cap ranks after one the policy found saturated: llmd_default counts stale
 // (never scraped) endpoints as saturated and breaks ties at random, so with both in one tier the one
 // at the cap came first in about half the rankings (and a request went over the cap).
@@ -72,10 +79,10 @@ TEST(PoolRouterSaturation, TheHardCapIsATierBelowThePolicysSaturation) {
   cfg.policy = "llmd_default";
   PoolRouter r(cfg, make_policy(cfg, 7));
   const Time t = 10s;
+  std::vector<DispatchGuard> held;
+  hold(r, 0, 4, t, held);
   PickRequest req;
   req.input_tokens = 10;
-  std::vector<DispatchGuard> held;
-  for (int i = 0; i < 4; ++i) held.push_back(r.dispatch(req, Candidate{0, 0, 0, false}, t));
   for (int k = 0; k < 50; ++k) {
     const auto ranked = r.rank(req, t);
     ASSERT_EQ(ranked.size(), 2u);
@@ -86,34 +93,39 @@ TEST(PoolRouterSaturation, TheHardCapIsATierBelowThePolicysSaturation) {
   }
 }
 
-// Between a ranking and its dispatch another worker may fill the first-ranked endpoint:
-// dispatch_below_cap takes the next one below the cap, under one hold of the pool's lock.
-TEST(PoolRouterSaturation, DispatchBelowCapSkipsAnEndpointFilledSinceTheRanking) {
+// Between a ranking and its dispatch another worker may fill the first-ranked endpoint: place()
+// takes the next one below the cap, under one hold of the pool's lock.
+TEST(PoolRouterSaturation, PlaceSkipsAnEndpointFilledSinceTheRanking) {
   auto cfg = pool_of(3);
   PoolRouter r(cfg, make_policy(cfg, 1));
   const Time t = 10s;
+  std::vector<DispatchGuard> held;
+  hold(r, 0, 3, t, held);
+  const std::vector<Candidate> ranked{{0, 3, 0, false}, {1, 2, 0, false}, {2, 1, 0, false}};  // 0 first, 3 in flight
+  hold(r, 0, 1, t, held);  // another worker takes 0's last slot
+  EXPECT_TRUE(r.any_below_cap(ranked, 0));
   PickRequest req;
   req.input_tokens = 10;
-  std::vector<DispatchGuard> held;
-  for (int i = 0; i < 3; ++i) held.push_back(r.dispatch(req, Candidate{0, 0, 0, false}, t));
-  const std::vector<Candidate> ranked{{0, 3, 0, false}, {1, 2, 0, false}, {2, 1, 0, false}};  // 0 first, 3 in flight
-  held.push_back(r.dispatch(req, ranked[0], t));  // another worker takes 0's last slot
-  EXPECT_TRUE(r.any_below_cap(ranked, 0));
   size_t i = 0;
-  DispatchGuard g = r.dispatch_below_cap(req, ranked, i, t);
+  DispatchGuard g = r.place(req, ranked, i, t);
   ASSERT_TRUE(g);
   EXPECT_EQ(i, 1u);
   EXPECT_EQ(g.endpoint(), 1u);
   held.push_back(std::move(g));
-  // Fill 1 and 2: nothing below the cap from 1 on; the guard is empty and i unchanged.
+  // Fill 1 and 2: nothing below the cap from 1 on.
   while (r.any_below_cap(ranked, 1)) {
     size_t j = 1;
-    held.push_back(r.dispatch_below_cap(req, ranked, j, t));
+    held.push_back(r.place(req, ranked, j, t));
   }
-  size_t k = 1;
-  EXPECT_FALSE(r.dispatch_below_cap(req, ranked, k, t));
-  EXPECT_EQ(k, 1u);
   EXPECT_EQ(r.occupancy().in_flight, 12);
+  // Every one at the cap (only a retry's race gets here): ranked[1] as ranked, i unchanged.
+  size_t k = 1;
+  DispatchGuard over = r.place(req, ranked, k, t);
+  ASSERT_TRUE(over);
+  EXPECT_EQ(k, 1u);
+  EXPECT_EQ(over.endpoint(), 1u);
+  over.release();  // back to exactly the cap on 1
+  EXPECT_FALSE(r.any_below_cap(ranked, 1));
   held.pop_back();  // a slot frees on the last one filled
   EXPECT_TRUE(r.any_below_cap(ranked, 1));
 }
