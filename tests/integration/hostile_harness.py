@@ -19,10 +19,11 @@ MODEL = "meta/llama-3.1-8b-instruct"
 
 
 class HostileUpstream:
-    """hostile_upstream.py in `mode` on an ephemeral port."""
+    """hostile_upstream.py in `mode` on an ephemeral port (`rcvbuf`: its --rcvbuf)."""
 
-    def __init__(self, mode="ok"):
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "hostile_upstream.py"), "--port", "0", "--mode", mode],
+    def __init__(self, mode="ok", rcvbuf=0):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "hostile_upstream.py"), "--port", "0", "--mode", mode,
+                                      "--rcvbuf", str(rcvbuf)],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.port = int(read_line_matching(self.proc.stdout, "PORT", 10).split()[1])
         self.address = f"127.0.0.1:{self.port}"

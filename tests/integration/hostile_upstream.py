@@ -20,7 +20,10 @@ the peak; GET /health and /metrics answer 200 (vLLM-style gauges) unless the mod
   huge_headers  a 200 with 200 KiB of response headers
   garbage       a response line that is not HTTP
 Request headers steering `ok`: x-hostile-delay-ms (before the head), x-hostile-tokens (SSE events,
-default 5), x-hostile-gap-ms (between events).
+default 5), x-hostile-gap-ms (between events). In every mode, x-hostile-read-delay-ms: the body (what
+did not come with the head) is read only after that long. --rcvbuf BYTES sets the listening socket's
+receive buffer (the accepted ones inherit it, without autotuning): with a long body and a read delay,
+the gateway's send of the request waits on TCP back-pressure.
 """
 import argparse
 import json
@@ -42,6 +45,7 @@ def read_request(conn, buf):
             return None
         buf += data
     head, rest = buf.split(b"\r\n\r\n", 1)
+    rest = bytearray(rest)  # appended to in place: a long body read in small pieces stays linear
     lines = head.decode("latin-1").split("\r\n")
     method, path = lines[0].split(" ")[:2]
     headers = {}
@@ -50,12 +54,14 @@ def read_request(conn, buf):
             k, v = line.split(":", 1)
             headers[k.strip().lower()] = v.strip()
     n = int(headers.get("content-length", "0"))
+    if len(rest) < n and "x-hostile-read-delay-ms" in headers:  # an engine slow to read the body
+        time.sleep(float(headers["x-hostile-read-delay-ms"]) / 1000)
     while len(rest) < n:
         data = conn.recv(65536)
         if not data:
             return None
         rest += data
-    return method, path, headers, rest[:n], rest[n:]
+    return method, path, headers, bytes(rest[:n]), bytes(rest[n:])
 
 
 def json_response(obj, status=200, extra=b""):
@@ -214,10 +220,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--mode", default="ok")
+    ap.add_argument("--rcvbuf", type=int, default=0)
     args = ap.parse_args()
     MODE[0] = args.mode
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if args.rcvbuf:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, args.rcvbuf)
     srv.bind(("127.0.0.1", args.port))
     srv.listen(1024)
     print(f"PORT {srv.getsockname()[1]}", flush=True)

@@ -22,6 +22,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gateway_harness import FakeUpstream, Gateway, loopback_endpoints, read_line_matching  # noqa: E402
+from hostile_harness import HostileUpstream  # noqa: E402
 
 SLUICE = None
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -433,83 +434,21 @@ class Stdout(unittest.TestCase):
             self.assertEqual(json.loads(l)["status"], 200)
 
 
-class SlowReader:
-    """A model server that reads a long request's body only after `delay` s, through a 4 KB receive
-    buffer (set on the listening socket: the accepted ones inherit it, without autotuning), so the
-    gateway's send of a long body waits on TCP back-pressure; it answers at once after the body. GETs
-    (health checks, scrapes) are answered at once."""
-
-    def __init__(self, delay=0.6):
-        import socket
-        import threading
-        self.delay = delay
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.stopped = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        import threading
-        while not self.stopped:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        answer = json.dumps({"id": "x", "object": "chat.completion", "model": MODEL, "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}).encode()
-        buf = b""
-        try:
-            conn.settimeout(10)
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(4096)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                n = 0
-                for line in head.split(b"\r\n")[1:]:
-                    if line.lower().startswith(b"content-length:"):
-                        n = int(line.split(b":")[1])
-                if n > 65536:
-                    time.sleep(self.delay)
-                while len(buf) < n:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                buf = buf[n:]
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                             + str(len(answer)).encode() + b"\r\n\r\n" + answer)
-        except OSError:
-            return
-        finally:
-            conn.close()
-
-    def stop(self):
-        self.stopped = True
-        self.sock.close()
-
-
 class OverheadPhases(unittest.TestCase):
     """sluice_gateway_overhead_seconds tells the engine's back-pressure on a long request body
     (send_request) from the engine's own time to answer (first_upstream_byte)."""
 
     def test_a_slow_reading_engine_shows_in_send_request(self):
-        up = SlowReader(delay=0.6)
+        # An engine that reads a request's body 0.6 s late, through a 4 KB receive buffer.
+        up = HostileUpstream("ok", rcvbuf=4096)
         gw = None
         try:
             gw = Gateway(SLUICE, base_config(up.port).replace("max_body_bytes: 4096", "max_body_bytes: 8388608"))
             # 6 MB: more than the gateway's socket can hold (tcp_wmem's 4 MB at most) and the engine's
             # 4 KB buffer, so its write ends only once the engine has read most of it.
             status, _, body = gw.request("POST", "/v1/chat/completions", chat("x" * (6 << 20)),
-                                         {"content-type": "application/json"}, timeout=20)
+                                         {"content-type": "application/json", "x-hostile-read-delay-ms": "600"},
+                                         timeout=20)
             self.assertEqual(status, 200, body[:300])
             text = gw.admin("/metrics")[1]
             b = "sluice_gateway_overhead_seconds"
