@@ -301,16 +301,15 @@ if [[ " $parts " == *" long "* ]]; then
     printf "%-8s %10.0f %10.1f %10.1f %7d\n" "$name" "$rps" "$p50" "$p99" "$err"
     [ "$name" = sluice ] && cpu220=$(python3 -c "print(($c1 - $c0) / max(1, $n))")
   done
-  c0=$(cpu_us "$sluice_pid")
-  r100=$(run_long "$sluice_port" "$tmp/long100k.lua" 16)
-  c1=$(cpu_us "$sluice_pid")
-  read -r _ _ _ _ n100 <<<"$r100"
-  cpu100=$(python3 -c "print(($c1 - $c0) / max(1, $n100))")
-  c0=$(cpu_us "$sluice_pid")
-  rcode=$(run_long "$sluice_port" "$tmp/code220k.lua" 16)
-  c1=$(cpu_us "$sluice_pid")
-  read -r _ _ _ _ ncode <<<"$rcode"
-  cpucode=$(python3 -c "print(($c1 - $c0) / max(1, $ncode))")
+  cpu_per_request() {  # lua -> sluice's CPU (us) per request over a 16-connection run of that body
+    local c0 c1 n
+    c0=$(cpu_us "$sluice_pid")
+    read -r _ _ _ _ n <<<"$(run_long "$sluice_port" "$1" 16)"
+    c1=$(cpu_us "$sluice_pid")
+    python3 -c "print(($c1 - $c0) / max(1, $n))"
+  }
+  cpu100=$(cpu_per_request "$tmp/long100k.lua")
+  cpucode=$(cpu_per_request "$tmp/code220k.lua")
   read -r _ d50 d99 _ _ <<<"${lng[direct]}"
   read -r _ s50 s99 _ _ <<<"${lng[sluice]}"
   python3 - "$d50" "$d99" "$s50" "$s99" "$cpu220" "$cpu100" "$cpucode" <<'PY'
