@@ -349,14 +349,17 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
                                                                                                    : std::string_view(rq.messages.front().content),
                                      rq.max_output_tokens, rq.previous_response_id, rq.store};
   int64_t seq = 0;  // Responses API event sequence number
+  bool roles_sent = false;  // streaming chat: the role chunks (with the first output)
 
   std::string out;  // streaming: bytes to write next
   if (streaming) {
     out = "HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
           "transfer-encoding: chunked\r\n";
     out += keep_alive ? "\r\n" : "connection: close\r\n\r\n";
-    if (chat)
-      for (int i = 0; i < returned; ++i) append_chunk(out, chat_role_event(ids, i));
+    // The chat role chunks go out with the first output, as vLLM's (and SGLang's) stream sends them on
+    // the first iteration over the engine's outputs, i.e. after the prefill: the headers come at once,
+    // the role and the first token together. Sent at once instead, a gateway would take the role
+    // chunk for the first token (its TTFT, and the end of the request's prefill in its load).
     if (responses) {
       const std::string created = response_object(ids, "in_progress", msg_id, "", {}, fields);
       append_chunk(out, response_event("response.created", seq++, "\"response\":" + created));
@@ -376,6 +379,10 @@ asio::awaitable<bool> Replica::handle_generate(Connection& c, int kind_int, cons
       all_finished &= ch.finished.has_value();
       if (ch.pending.empty() && (!ch.finished || ch.finish_sent)) continue;
       any_output = true;
+      if (streaming && chat && !roles_sent) {
+        for (int r = 0; r < returned; ++r) append_chunk(out, chat_role_event(ids, r));
+        roles_sent = true;
+      }
       const std::string_view reason = ch.finished ? engine::to_string(*ch.finished) : std::string_view{};
       for (size_t k = 0; k < ch.pending.size(); ++k) {
         const auto word = token_text(ch.pending[k]);

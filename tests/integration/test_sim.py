@@ -305,6 +305,50 @@ class FaultTest(unittest.TestCase):
         finally:
             sim.close()
 
+
+class StreamTimingTest(unittest.TestCase):
+    def test_role_chunk_comes_with_the_first_token(self):
+        # vLLM sends a stream's role chunk on its first engine output (after the prefill), not when
+        # the request is queued: a gateway takes the first chunk with choices for the first token.
+        # One running sequence at a time: the second request waits in the engine's queue while the
+        # first decodes for ~2 s. Its headers come at once (uvicorn's response start); no data
+        # until the first request is done, then the role chunk, then its tokens.
+        sim = Sim("--max-num-seqs", "1", "--jitter", "0", "--frontend-overhead-ms", "0")
+        try:
+            first = sim.conn(timeout=30)
+            first.request("POST", "/v1/chat/completions", body=json.dumps(chat("first", 300, True)),
+                          headers={"content-type": "application/json"})
+            time.sleep(0.2)  # the first is running
+            s = socket.create_connection(("127.0.0.1", sim.ports[0]), timeout=10)
+            body = json.dumps(chat("second", 3, True)).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                      b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += s.recv(65536)
+            self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:100])
+            early = got.split(b"\r\n\r\n", 1)[1]
+            s.settimeout(0.5)
+            try:
+                early += s.recv(65536)
+            except socket.timeout:
+                pass
+            self.assertNotIn(b"data:", early, "a chunk before the queued request's first token")
+            s.settimeout(20)
+            while b"[DONE]" not in got:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, "stream ended early")
+                got += chunk
+            s.close()
+            events = [e for e in re.findall(rb"data: (\{.*?\})\r?\n", got)]
+            chunks = [json.loads(e) for e in events]
+            self.assertEqual(chunks[0]["choices"][0]["delta"], {"role": "assistant", "content": ""})
+            self.assertTrue(chunks[1]["choices"][0]["delta"].get("content"), chunks[1])
+            first.getresponse().read()
+            first.close()
+        finally:
+            sim.close()
+
     def test_fault_flags(self):
         sim = Sim("--fault-error-rate", "429=1", "--fault-replicas", "1", replicas=2)
         try:
