@@ -9,8 +9,15 @@
 # it too late (sluice_sim_schedule_lag_dropped_seconds_total, summed over the replicas): GPU time the
 # live fleet lost that fleetsim's never does.
 #
+# Both sides run the gateway with the same in-flight cap per endpoint, MAX_IN_FLIGHT (default 256, the
+# live gateway's default): with a cap, the gateway (live, and fleetsim's) also queues requests while every
+# endpoint's fresh signals show it saturated (16 waiting, or KV 95% full). fleetsim's own default is no
+# cap and no such queue; compared with that, round_robin at twice its capacity came out at 0.79-0.83
+# live / fleetsim, the live gateway queueing what fleetsim's sent on (round 28).
+#
 # Usage: scripts/bench-live-vs-fleetsim.sh [sluice] [out-prefix]  (default build-release/sluice,
-#        bench/results/live-vs-fleetsim). Env: POLICIES, REQUESTS (600), REPLICAS (4), KV_BLOCKS (1500).
+#        bench/results/live-vs-fleetsim). Env: POLICIES, REQUESTS (600), REPLICAS (4), KV_BLOCKS (1500),
+#        MAX_IN_FLIGHT (256).
 # The live side runs in real time on this machine: when other work competes for its two cores, the
 # single-threaded simulator falls behind real time and live goodput drops (back-to-back identical runs
 # at a load average of ~10 gave least_request 19.9 and 7.8 req/s). So the live processes (simulator,
@@ -23,6 +30,7 @@ policies=${POLICIES:-round_robin,least_request,cache_aware,llmd_default,sluice}
 requests=${REQUESTS:-600}
 replicas=${REPLICAS:-4}
 kv=${KV_BLOCKS:-1500}
+cap=${MAX_IN_FLIGHT:-256}
 if [ "$(id -u)" -eq 0 ]; then bench_nice=${BENCH_NICE:--10}; else bench_nice=${BENCH_NICE:-0}; fi
 tmp=$(mktemp -d /tmp/sluice-lvf.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -30,11 +38,11 @@ trap 'rm -rf "$tmp"' EXIT
 run_one() {  # name workload rates
   local name=$1 workload=$2 rates=$3
   "$sluice" fleetsim --replicas "$replicas" --kv-blocks "$kv" --policy "$policies" --rates "$rates" \
-    --requests "$requests" --workload "$workload" --seed 1 --json-out "$tmp/$name-fleetsim.json" >/dev/null 2>&1
+    --requests "$requests" --workload "$workload" --seed 1 --max-in-flight "$cap" --json-out "$tmp/$name-fleetsim.json" >/dev/null 2>&1
   local targets
   targets=$(echo "$policies" | tr ',' '\n' | sed 's/^/sluice:/' | paste -sd,)
   nice -n "$bench_nice" python3 "$root/scripts/bench-live.py" --sluice "$sluice" --targets "$targets" --replicas "$replicas" \
-    --kv-blocks "$kv" --time-scale 1.0 --rates "$rates" --requests "$requests" --workload "$workload" \
+    --kv-blocks "$kv" --max-in-flight "$cap" --time-scale 1.0 --rates "$rates" --requests "$requests" --workload "$workload" \
     --out "$tmp/$name-live" >/dev/null
   python3 - "$name" "$workload" "$tmp/$name-fleetsim.json" "$tmp/$name-live.json" <<'PY'
 import json, sys

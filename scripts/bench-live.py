@@ -94,7 +94,8 @@ def start_front(a, target, ports, model, tmp):
         eps = "".join(f"      - 127.0.0.1:{p}\n" for p in ports)
         with open(cfg, "w") as f:
             f.write(f"listen: 127.0.0.1:{port}\nadmin: 127.0.0.1:{free_port()}\nworkers: 2\npools:\n"
-                    f"  - name: chat\n    kind: chat\n    policy: {param}\n    endpoints:\n{eps}"
+                    f"  - name: chat\n    kind: chat\n    policy: {param}\n"
+                    f"    max_in_flight_per_endpoint: {a.max_in_flight}\n    endpoints:\n{eps}"
                     f"models:\n  - name: {model}\n    pool: chat\n")
         proc = subprocess.Popen([a.sluice, "serve", "-c", cfg, "--access-log", "off", "--log-level", "warn"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -132,7 +133,13 @@ def main():
     ap.add_argument("--rates", default="20,40")
     ap.add_argument("--requests", type=int, default=600)
     ap.add_argument("--workload", default="shared_prefix,groups=32,prompts=8,system=2000,question=200,output=100")
+    # The gateway's in-flight cap per endpoint (its default, 256): with it, the gateway also queues
+    # requests while every endpoint's fresh signals show it saturated. fleetsim's --max-in-flight is
+    # the same setting (its default there is 0, neither), so a comparison passes both the same value.
+    ap.add_argument("--max-in-flight", type=int, default=256)
     a = ap.parse_args()
+    if a.max_in_flight < 1:
+        ap.error("--max-in-flight: the gateway's cap is at least 1")
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for target in a.targets.split(","):

@@ -262,7 +262,9 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--scrape-ms", flags->scrape_ms, "Metrics scrape interval")->capture_default_str();
   cmd->add_option("--stale-ms", flags->stale_ms, "Scraped metrics older than this are stale")->capture_default_str();
   cmd->add_option("--max-in-flight", flags->max_in_flight,
-                  "Gateway in-flight cap per replica; beyond it requests queue at the gateway (0 = none)")
+                  "Gateway in-flight cap per replica; beyond it requests queue at the gateway, as they do when every "
+                  "replica's fresh signals show it saturated (0 = neither; the live gateway's default is 256, "
+                  "pools[].max_in_flight_per_endpoint, with that saturation queue)")
       ->capture_default_str();
   cmd->add_flag("--fair-queue", flags->fair_queue,
                 "Order the gateway queue by the admission layer's VTC fairness between tenants (TTL: --queue-ttl-ms), "
