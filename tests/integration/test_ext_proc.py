@@ -84,6 +84,10 @@ pools:
     endpoints: [127.0.0.1:{cls.tiny_port}]
     max_in_flight_per_endpoint: 1
     scrape: {{interval_ms: 50, stale_after_ms: 500}}
+  - name: duo
+    endpoints: [127.0.0.1:{cls.chat_ports[0]}, 127.0.0.1:{cls.chat_ports[1]}]
+    max_in_flight_per_endpoint: 1
+    scrape: {{interval_ms: 50, stale_after_ms: 500}}
   - name: strict
     endpoints: [127.0.0.1:{cls.strict_port}]
     policy: sluice
@@ -94,6 +98,7 @@ models:
   - {{name: llama-3-8b, alias_of: {MODEL}}}
   - {{name: tiny-model, pool: tiny}}
   - {{name: strict-model, pool: strict}}
+  - {{name: duo-model, pool: duo}}
 tenants:
   - name: team
     key_sha256: [{sha("key-team")}]
@@ -207,6 +212,35 @@ admission:
         self.assertEqual(headers["x-llm-d-request-dropped-reason"], "rejected-no-endpoints")
         self.assertEqual(json.loads(body)["error"]["code"], "no_endpoint")
         send(None)
+
+    def test_subset_at_the_cap_is_refused_not_placed_over_it(self):
+        # The duo pool: two endpoints, one request each. One held on the first; a subset hint naming
+        # only that one cannot be placed there (admission counts the pool's room, the second's):
+        # 503 with a Retry-After, and the first stays at one in flight. Without the hint: the second.
+        a, b = (f"127.0.0.1:{p}" for p in self.chat_ports[:2])
+        def inflight(addr):
+            return metric(self.metrics(), "sluice_endpoint_inflight_requests", pool="duo", endpoint=addr)
+        res, _, _, held = self.envoy.decide("/v1/chat/completions", chat("duo-model", "hold", max_tokens=4), subset=[a])
+        try:
+            self.assertIsNone(res.immediate)
+            self.assertEqual(res.destination, a)
+            self.assertEqual(inflight(a), 1)
+            res, send, _, _ = self.envoy.decide("/v1/chat/completions", chat("duo-model", "over"), subset=[a])
+            send(None)
+            self.assertIsNotNone(res.immediate)
+            status, headers, body = res.immediate
+            self.assertEqual(status, 503, body)
+            self.assertEqual(headers["x-llm-d-request-dropped-reason"], "rejected-no-endpoints")
+            self.assertGreaterEqual(int(headers["retry-after"]), 1)
+            self.assertIn("in-flight cap", json.loads(body)["error"]["message"])
+            self.assertEqual(inflight(a), 1)
+            self.assertEqual(inflight(b), 0)
+            res, _, _, other = self.envoy.decide("/v1/chat/completions", chat("duo-model", "elsewhere", max_tokens=4))
+            self.assertIsNone(res.immediate)
+            self.assertEqual(res.destination.split(",")[0], b)
+            other.cancel()
+        finally:
+            held.cancel()
 
     def test_unauthorized_and_unknown_model(self):
         res, send, _, _ = self.envoy.decide("/v1/chat/completions", chat(MODEL, "hi"), headers=[("authorization", "Bearer nope")])

@@ -114,9 +114,11 @@ size_t PoolRouter::first_below_cap(std::span<const Candidate> ranked, size_t i) 
   return i;
 }
 
-DispatchGuard PoolRouter::place(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now) {
+DispatchGuard PoolRouter::place(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now,
+                                AtCap all_at_cap) {
   std::lock_guard lock(mu_);
   if (const size_t j = first_below_cap(ranked, i); j < ranked.size()) i = j;
+  else if (all_at_cap == AtCap::refuse) return {};
   return dispatch_locked(req, ranked[i], now);
 }
 

@@ -82,8 +82,12 @@ class PoolRouter {
   // earlier hold of the pool's lock, and another worker may have filled an endpoint since.
   // Dispatches, under one hold, to the first of ranked[i..] whose endpoint is below
   // max_in_flight_per_endpoint (in rank order) and sets i to it; when every one of them is at the
-  // cap (admission promised the request a slot, so only a retry's race gets here), to ranked[i].
-  DispatchGuard place(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now);
+  // cap (admission promised the request a slot, so only a retry's race gets here), to ranked[i];
+  // with AtCap::refuse, to none (an empty guard, i unchanged): the candidates are a subset of the
+  // pool (an Endpoint Picker's subset hint), whose room admission did not count.
+  enum class AtCap { place, refuse };
+  DispatchGuard place(const PickRequest& req, std::span<const Candidate> ranked, size_t& i, Time now,
+                      AtCap all_at_cap = AtCap::place);
   // Whether one of ranked[i..] is below the cap now (a retry only moves to such an endpoint).
   bool any_below_cap(std::span<const Candidate> ranked, size_t i) const;
   // Records that the driver refused a request on the policy's advice (shed_advised; `ranked`: its

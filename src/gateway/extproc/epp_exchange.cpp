@@ -340,16 +340,17 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   auto allowed = epp::restrict_to_subset(views, subset ? &*subset : nullptr);
   pool->series.pick->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - phase).count());
   observe(OverheadPhase::pick, phase);
-  if (allowed.empty()) {
+  // No endpoint to send it to: 503 with the gateway's jittered 1 s Retry-After (as proxy.cpp's).
+  const auto no_endpoint = [&](std::string message) {
     thread_local AdmissionRng rng{std::random_device{}()};
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(jittered(std::chrono::seconds(1), rng));
-    return reject(api_error(503, fmt::format("No {}endpoint serves `{}` right now.", subset ? "eligible subset " : "healthy ",
-                                                truncate_echo(model->model, kMaxEchoedModel)),
-                               "server_error", {}, "no_endpoint"),
-                     Reason::no_endpoint,
-                     {{"retry-after", std::to_string((wait.count() + 999) / 1000)}, {"retry-after-ms", std::to_string(wait.count())}},
-                     epp::kDroppedNoEndpoints);
-  }
+    return reject(api_error(503, std::move(message), "server_error", {}, "no_endpoint"), Reason::no_endpoint,
+                  {{"retry-after", std::to_string((wait.count() + 999) / 1000)}, {"retry-after-ms", std::to_string(wait.count())}},
+                  epp::kDroppedNoEndpoints);
+  };
+  if (allowed.empty())
+    return no_endpoint(fmt::format("No {}endpoint serves `{}` right now.", subset ? "eligible subset " : "healthy ",
+                                   truncate_echo(model->model, kMaxEchoedModel)));
   // Every endpoint (the subset's too) is too loaded to serve it within the SLO (policy.h, shed_advised).
   thread_local AdmissionRng shed_rng{std::random_device{}()};
   if (auto d = shed_refusal(router, ranked, admitted.priority, gw.now(), shed_rng)) {
@@ -358,7 +359,9 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
     return reject(d->error, Reason::over_slo, std::move(extra), epp::dropped_reason(d->reason));
   }
   for (size_t i : allowed) candidates.push_back(ranked[i]);
-  pool->health.on_request(gw.now());  // counted once it is sent on, as in proxy.cpp (the retry budget)
+  // Admission counted the whole pool's room; a subset hint that leaves some endpoints out may leave
+  // none below the hard cap, and then the request is refused, not placed over the cap.
+  const bool restricted = allowed.size() < ranked.size();
   EppAnswer a;
   {
     std::lock_guard lock(mu);
@@ -370,15 +373,22 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
     // The first candidate below the hard cap (PoolRouter::place) is the primary destination, the
     // rest follow in rank order.
     size_t first = 0;
-    guard = router.place(pick, candidates, first, gw.now());
-    const auto k = static_cast<std::ptrdiff_t>(first);
-    std::rotate(candidates.begin(), candidates.begin() + k, candidates.begin() + k + 1);
-    std::rotate(allowed.begin(), allowed.begin() + k, allowed.begin() + k + 1);
-    rec.attempts = 1;
-    rec.endpoint = router.config().endpoints[candidates.front().endpoint].name;
-    rec.predicted_cached_tokens = candidates.front().predicted_cached_tokens;
-    ticket->on_dispatched();
+    guard = router.place(pick, candidates, first, gw.now(), restricted ? PoolRouter::AtCap::refuse : PoolRouter::AtCap::place);
+    if (guard) {
+      const auto k = static_cast<std::ptrdiff_t>(first);
+      std::rotate(candidates.begin(), candidates.begin() + k, candidates.begin() + k + 1);
+      std::rotate(allowed.begin(), allowed.begin() + k, allowed.begin() + k + 1);
+      rec.attempts = 1;
+      rec.endpoint = router.config().endpoints[candidates.front().endpoint].name;
+      rec.predicted_cached_tokens = candidates.front().predicted_cached_tokens;
+      ticket->on_dispatched();
+    }
   }
+  if (!guard)
+    return no_endpoint(fmt::format("Every endpoint of the eligible subset for `{}` is at its in-flight cap "
+                                   "(pools[].max_in_flight_per_endpoint); retry later.",
+                                   truncate_echo(model->model, kMaxEchoedModel)));
+  pool->health.on_request(gw.now());  // counted once it is sent on, as in proxy.cpp (the retry budget)
   a.destination = epp::destination_list(views, allowed, static_cast<size_t>(cfg.destinations));
 
   // ---- the body for the engine: alias target, the reserved output bound, usage for settling ----

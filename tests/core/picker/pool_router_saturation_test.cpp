@@ -130,5 +130,32 @@ TEST(PoolRouterSaturation, PlaceSkipsAnEndpointFilledSinceTheRanking) {
   EXPECT_TRUE(r.any_below_cap(ranked, 1));
 }
 
+// A subset of the pool (an Endpoint Picker's subset hint) whose every endpoint is at the cap, with room
+// elsewhere: AtCap::refuse places nothing (and counts nothing); below the cap it places as place().
+TEST(PoolRouterSaturation, PlaceRefusesASubsetWhoseEveryEndpointIsAtTheCap) {
+  auto cfg = pool_of(3);
+  PoolRouter r(cfg, make_policy(cfg, 1));
+  const Time t = 10s;
+  std::vector<DispatchGuard> held;
+  hold(r, 0, 4, t, held);
+  hold(r, 1, 3, t, held);
+  const std::vector<Candidate> subset{{0, 2, 0, false}, {1, 1, 0, false}};  // endpoint 2 left out
+  PickRequest req;
+  req.input_tokens = 10;
+  size_t i = 0;
+  DispatchGuard g = r.place(req, subset, i, t, PoolRouter::AtCap::refuse);
+  ASSERT_TRUE(g);  // 1 has a slot
+  EXPECT_EQ(i, 1u);
+  EXPECT_EQ(g.endpoint(), 1u);
+  held.push_back(std::move(g));
+  size_t j = 0;
+  EXPECT_FALSE(r.place(req, subset, j, t, PoolRouter::AtCap::refuse));
+  EXPECT_EQ(j, 0u);
+  EXPECT_EQ(r.occupancy().in_flight, 8);  // nothing placed
+  EXPECT_EQ(r.in_flight_total(0), 4);
+  EXPECT_EQ(r.in_flight_total(1), 4);
+  EXPECT_FALSE(r.saturated(t));  // the pool has room (endpoint 2): admission would admit
+}
+
 }  // namespace
 }  // namespace sluice
