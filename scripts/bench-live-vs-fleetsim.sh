@@ -13,7 +13,10 @@
 # live gateway's default): with a cap, the gateway (live, and fleetsim's) also queues requests while every
 # endpoint's fresh signals show it saturated (16 waiting, or KV 95% full). fleetsim's own default is no
 # cap and no such queue; compared with that, round_robin at twice its capacity came out at 0.79-0.83
-# live / fleetsim, the live gateway queueing what fleetsim's sent on (round 28).
+# live / fleetsim, the live gateway queueing what fleetsim's sent on (round 28). The live engines run
+# as fleetsim's do: no step-time jitter and no front-end overhead (`sluice sim` defaults to 0.05 and
+# 20 ms; fleetsim has neither): least_request at twice its capacity, whose goodput there swings with
+# the engines' timing (fleetsim at jitter 0 to 0.08: 13.8-24.3 req/s), was compared across the two.
 #
 # Usage: scripts/bench-live-vs-fleetsim.sh [sluice] [out-prefix]  (default build-release/sluice,
 #        bench/results/live-vs-fleetsim). Env: POLICIES, REQUESTS (600), REPLICAS (4), KV_BLOCKS (1500),
@@ -42,7 +45,7 @@ run_one() {  # name workload rates
   local targets
   targets=$(echo "$policies" | tr ',' '\n' | sed 's/^/sluice:/' | paste -sd,)
   nice -n "$bench_nice" python3 "$root/scripts/bench-live.py" --sluice "$sluice" --targets "$targets" --replicas "$replicas" \
-    --kv-blocks "$kv" --max-in-flight "$cap" --time-scale 1.0 --rates "$rates" --requests "$requests" --workload "$workload" \
+    --kv-blocks "$kv" --max-in-flight "$cap" --sim-jitter 0 --sim-frontend-ms 0 --time-scale 1.0 --rates "$rates" --requests "$requests" --workload "$workload" \
     --out "$tmp/$name-live" >/dev/null
   python3 - "$name" "$workload" "$tmp/$name-fleetsim.json" "$tmp/$name-live.json" <<'PY'
 import json, sys

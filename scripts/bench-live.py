@@ -61,7 +61,7 @@ def stop(proc):
 
 def start_sim(a):
     args = [a.sluice, "sim", "--replicas", str(a.replicas), "--base-port", "0", "--time-scale", str(a.time_scale),
-            "--seed", "1"]
+            "--seed", "1", "--jitter", str(a.sim_jitter), "--frontend-overhead-ms", str(a.sim_frontend_ms)]
     if a.kv_blocks:
         args += ["--kv-blocks", str(a.kv_blocks)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -137,6 +137,11 @@ def main():
     # requests while every endpoint's fresh signals show it saturated. fleetsim's --max-in-flight is
     # the same setting (its default there is 0, neither), so a comparison passes both the same value.
     ap.add_argument("--max-in-flight", type=int, default=256)
+    # The simulated engines' step-time jitter and front-end overhead (`sluice sim`'s defaults: a real
+    # engine's noise and its HTTP + tokenizer time). fleetsim has neither by default: a comparison
+    # with it passes 0 and 0, so that both sides run the same engine.
+    ap.add_argument("--sim-jitter", type=float, default=0.05)
+    ap.add_argument("--sim-frontend-ms", type=float, default=20.0)
     a = ap.parse_args()
     if a.max_in_flight < 1:
         ap.error("--max-in-flight: the gateway's cap is at least 1")
