@@ -288,8 +288,12 @@ class Simulation {
       drain();
       return;
     }
-    if (saturated(g)) {
+    // As the live gateway's queue: first come, first placed. An arrival never overtakes a queued
+    // request; it joins the queue and the queue moves (as the live dispatcher runs on every admit),
+    // which places both at once when a scrape has shown room since the last completion.
+    if (saturated(g) || !gateway_queue_[g].empty()) {
       gateway_queue_[g].push_back(Queued{std::move(req), id, sent});
+      drain();
       return;
     }
     dispatch(g, std::move(req), id, sent);
