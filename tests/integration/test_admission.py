@@ -370,7 +370,8 @@ class Saturation(unittest.TestCase):
         self.assertEqual(r.status, 200)
         got = 0
         for line in r:
-            if line.startswith(b"data: {") and b'"content"' in line:
+            # Tokens: the role chunk that opens the stream carries none (nor is it charged).
+            if line.startswith(b"data: {") and b'"content"' in line and b'"role"' not in line:
                 got += 1
                 if got == 10:
                     break

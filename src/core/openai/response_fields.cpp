@@ -237,11 +237,69 @@ bool is_output_text_delta(std::string_view event, std::string_view data) {
   return event.empty() && contains(data.substr(0, 64), "\"response.output_text.delta\"");
 }
 
+namespace {
+
+// Whether a chat chunk only announces the role: every choice's delta holds `role` and otherwise only
+// an empty or null content (and null fields, as SGLang writes them), with no finish_reason and no
+// logprobs. vLLM and SGLang send one such chunk per choice just before the first token; a server that
+// sent it on receipt would otherwise pass for a first token (TTFT, the end of the prefill) and add a
+// zero gap to the ITLs. Parsed only when the chunk names a role with a string value, which token
+// chunks do not (vLLM leaves the role out of them, SGLang writes "role":null).
+bool role_only(std::string_view data) {
+  if (!contains(data, "\"role\":\"")) return false;
+  thread_local od::parser parser;
+  thread_local std::string buffer;
+  od::document doc;
+  od::object root;
+  if (!parse_root(data, parser, buffer, doc, root)) return false;
+  od::array choices;
+  if (root.find_field_unordered("choices").get_array().get(choices)) return false;
+  bool any = false;
+  for (auto c : choices) {
+    od::object choice;
+    if (c.get_object().get(choice)) return false;
+    bool has_role = false;
+    for (auto field : choice) {
+      std::string_view key;
+      if (field.unescaped_key().get(key)) return false;
+      od::value v;
+      if (field.value().get(v)) return false;
+      if (key == "delta") {
+        od::object delta;
+        if (v.get_object().get(delta)) return false;
+        for (auto df : delta) {
+          std::string_view dk;
+          if (df.unescaped_key().get(dk)) return false;
+          od::value dv;
+          if (df.value().get(dv)) return false;
+          if (dk == "role") {
+            has_role = true;
+            continue;
+          }
+          bool null = false;
+          if (!dv.is_null().get(null) && null) continue;
+          std::string_view text;
+          if (dk == "content" && !dv.get_string().get(text) && text.empty()) continue;
+          return false;  // content, tool calls, reasoning: output
+        }
+      } else if (key == "finish_reason" || key == "logprobs") {
+        bool null = false;
+        if (v.is_null().get(null) || !null) return false;
+      }
+    }
+    if (!has_role) return false;
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace
+
 bool carries_tokens(std::string_view data) {
   if (data.empty() || data.front() != '{') return false;
   if (contains(data, "\"choices\":[]")) return false;
   if (data.compare(0, 9, "{\"error\":") == 0) return false;
-  return true;
+  return !role_only(data);
 }
 
 }  // namespace sluice

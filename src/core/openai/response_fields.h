@@ -10,7 +10,8 @@
 //     the `response` object), to learn where a stored response lives.
 //   - is_output_text_delta: whether a Responses API event is a text delta (~ one token).
 //   - carries_tokens: whether a stream event's data is a chunk with output (not [DONE], not the
-//     usage-only chunk with `"choices":[]`, not an error). One such chunk ~ one token in vLLM.
+//     usage-only chunk with `"choices":[]`, not an error, not a chunk that only announces the role).
+//     One such chunk ~ one token in vLLM.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -73,6 +73,27 @@ TEST(CarriesTokens, ClassifiesStreamData) {
   EXPECT_FALSE(carries_tokens("[DONE]"));
   EXPECT_FALSE(carries_tokens(R"({"error":{"message":"x"}})"));
   EXPECT_FALSE(carries_tokens(""));
+  // The role chunk that opens a chat stream carries no token (vLLM's, SGLang's, two choices).
+  EXPECT_FALSE(carries_tokens(
+      R"({"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})"));
+  EXPECT_FALSE(carries_tokens(
+      R"({"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}]})"));
+  EXPECT_FALSE(carries_tokens(
+      R"({"choices":[{"index":0,"delta":{"role":"assistant"}},{"index":1,"delta":{"role":"assistant","content":null}}]})"));
+  // With output, it does: content, a tool call, a reasoning token, a finish, a null role.
+  EXPECT_TRUE(carries_tokens(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]})"));
+  EXPECT_TRUE(carries_tokens(
+      R"({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"t","function":{"name":"f"}}]}}]})"));
+  EXPECT_TRUE(carries_tokens(R"({"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"so"}}]})"));
+  EXPECT_TRUE(carries_tokens(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":"stop"}]})"));
+  EXPECT_TRUE(carries_tokens(R"({"choices":[{"index":0,"delta":{"role":null,"content":"x"},"finish_reason":null}]})"));
+  // One choice announcing its role, another with a token: output.
+  EXPECT_TRUE(carries_tokens(
+      R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}},{"index":1,"delta":{"content":"x"}}]})"));
+  // A completions chunk names no role.
+  EXPECT_TRUE(carries_tokens(R"({"choices":[{"index":0,"text":"","finish_reason":null}]})"));
+  // Not JSON past the role: taken as output, as before.
+  EXPECT_TRUE(carries_tokens(R"({"choices":[{"delta":{"role":"assistant",)"));
 }
 
 }  // namespace
