@@ -710,7 +710,7 @@ void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
   const bool responses = kind_ == ApiKind::response;
   if (responses && !learned_ && up_->status() == 200 && ev.data.find("\"response.created\"") != std::string_view::npos)
     learn_response(ev.data);
-  if (responses ? is_output_text_delta(ev.event, ev.data) : carries_tokens(ev.data)) {
+  if (responses ? is_output_text_delta(ev.event, ev.data) : carries_tokens(ev.data, !rec_.ttft)) {
     ++rec_.token_events;
     if (!rec_.ttft) {
       rec_.ttft = now - start_;

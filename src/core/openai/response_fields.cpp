@@ -295,11 +295,11 @@ bool role_only(std::string_view data) {
 
 }  // namespace
 
-bool carries_tokens(std::string_view data) {
+bool carries_tokens(std::string_view data, bool first) {
   if (data.empty() || data.front() != '{') return false;
   if (contains(data, "\"choices\":[]")) return false;
   if (data.compare(0, 9, "{\"error\":") == 0) return false;
-  return !role_only(data);
+  return !(first && role_only(data));
 }
 
 }  // namespace sluice

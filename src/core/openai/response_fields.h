@@ -41,7 +41,8 @@ struct Usage {
 // The first non-null `usage` object at the top level of a JSON object, if any.
 std::optional<Usage> find_usage(std::string_view json);
 
-bool carries_tokens(std::string_view data);
+// first: no token seen yet in this stream (the role chunks open it: only then is one looked for).
+bool carries_tokens(std::string_view data, bool first = true);
 
 // The `id` of `response` when the JSON object has that member, else its own top-level `id`.
 std::optional<std::string> response_id_of(std::string_view json);

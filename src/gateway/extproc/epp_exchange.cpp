@@ -106,7 +106,7 @@ struct EppExchange::State {
   }
   void on_event(const SseEvent& ev, std::chrono::steady_clock::time_point now) {
     if (!ev.has_data || ev.data == "[DONE]") return;
-    if (carries_tokens(ev.data)) {
+    if (carries_tokens(ev.data, !rec.ttft)) {
       ++rec.token_events;
       if (!rec.ttft) {
         rec.ttft = now - start;

@@ -92,6 +92,8 @@ TEST(CarriesTokens, ClassifiesStreamData) {
       R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}},{"index":1,"delta":{"content":"x"}}]})"));
   // A completions chunk names no role.
   EXPECT_TRUE(carries_tokens(R"({"choices":[{"index":0,"text":"","finish_reason":null}]})"));
+  // After the stream's first token a chunk is not looked at for a role (the role chunks open it).
+  EXPECT_TRUE(carries_tokens(R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})", false));
   // Not JSON past the role: taken as output, as before.
   EXPECT_TRUE(carries_tokens(R"({"choices":[{"delta":{"role":"assistant",)"));
 }
