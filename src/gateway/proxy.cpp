@@ -276,15 +276,9 @@ asio::awaitable<bool> RequestLife::run() {
   auto candidates = router_->rank(pick_, picked_at);
   const auto pick_end = observe(OverheadPhase::pick, phase);
   pool_->series.pick->observe(std::chrono::duration<double>(pick_end - phase).count());
-  if (candidates.empty()) {
-    // Our own Retry-After is jittered, so clients told to come back do not return all at once.
-    thread_local AdmissionRng rng{std::random_device{}()};
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(jittered(std::chrono::seconds(1), rng));
-    const ResponseHeaders retry{{"retry-after", std::to_string((wait.count() + 999) / 1000)},
-                                {"retry-after-ms", std::to_string(wait.count())}};
+  if (candidates.empty())
     co_return co_await reject(api_error(503, fmt::format("No healthy endpoint serves `{}` right now.", model_->model),
-                                        "server_error", {}, "no_endpoint"), Reason::no_endpoint, retry);
-  }
+                                        "server_error", {}, "no_endpoint"), Reason::no_endpoint, jittered_retry_after());
   // The picker found every endpoint too loaded to serve it within the SLO (policy.h, shed_advised).
   thread_local AdmissionRng shed_rng{std::random_device{}()};
   if (auto d = shed_refusal(*router_, candidates, admitted.priority, picked_at, shed_rng)) {

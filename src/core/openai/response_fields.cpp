@@ -239,6 +239,26 @@ bool is_output_text_delta(std::string_view event, std::string_view data) {
 
 namespace {
 
+// A delta that names the role and nothing else: its other fields are null, or an empty content.
+bool delta_names_role_only(od::object delta) {
+  bool has_role = false;
+  for (auto field : delta) {
+    std::string_view key;
+    od::value v;
+    if (field.unescaped_key().get(key) || field.value().get(v)) return false;
+    if (key == "role") {
+      has_role = true;
+      continue;
+    }
+    bool null = false;
+    if (!v.is_null().get(null) && null) continue;  // SGLang writes the fields it leaves out as null
+    std::string_view text;
+    if (key == "content" && !v.get_string().get(text) && text.empty()) continue;
+    return false;  // content, tool calls, reasoning: output
+  }
+  return has_role;
+}
+
 // Whether a chat chunk only announces the role: every choice's delta holds `role` and otherwise only
 // an empty or null content (and null fields, as SGLang writes them), with no finish_reason and no
 // logprobs. vLLM and SGLang send one such chunk per choice just before the first token; a server that
@@ -258,36 +278,21 @@ bool role_only(std::string_view data) {
   for (auto c : choices) {
     od::object choice;
     if (c.get_object().get(choice)) return false;
-    bool has_role = false;
+    bool announced = false;
     for (auto field : choice) {
       std::string_view key;
-      if (field.unescaped_key().get(key)) return false;
       od::value v;
-      if (field.value().get(v)) return false;
+      if (field.unescaped_key().get(key) || field.value().get(v)) return false;
       if (key == "delta") {
         od::object delta;
-        if (v.get_object().get(delta)) return false;
-        for (auto df : delta) {
-          std::string_view dk;
-          if (df.unescaped_key().get(dk)) return false;
-          od::value dv;
-          if (df.value().get(dv)) return false;
-          if (dk == "role") {
-            has_role = true;
-            continue;
-          }
-          bool null = false;
-          if (!dv.is_null().get(null) && null) continue;
-          std::string_view text;
-          if (dk == "content" && !dv.get_string().get(text) && text.empty()) continue;
-          return false;  // content, tool calls, reasoning: output
-        }
+        if (v.get_object().get(delta) || !delta_names_role_only(delta)) return false;
+        announced = true;
       } else if (key == "finish_reason" || key == "logprobs") {
         bool null = false;
         if (v.is_null().get(null) || !null) return false;
       }
     }
-    if (!has_role) return false;
+    if (!announced) return false;
     any = true;
   }
   return any;

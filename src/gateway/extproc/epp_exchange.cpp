@@ -340,13 +340,10 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   auto allowed = epp::restrict_to_subset(views, subset ? &*subset : nullptr);
   pool->series.pick->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - phase).count());
   observe(OverheadPhase::pick, phase);
-  // No endpoint to send it to: 503 with the gateway's jittered 1 s Retry-After (as proxy.cpp's).
+  // No endpoint to send it to: 503 with the gateway's jittered Retry-After (as proxy.cpp's).
   const auto no_endpoint = [&](std::string message) {
-    thread_local AdmissionRng rng{std::random_device{}()};
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(jittered(std::chrono::seconds(1), rng));
     return reject(api_error(503, std::move(message), "server_error", {}, "no_endpoint"), Reason::no_endpoint,
-                  {{"retry-after", std::to_string((wait.count() + 999) / 1000)}, {"retry-after-ms", std::to_string(wait.count())}},
-                  epp::kDroppedNoEndpoints);
+                  jittered_retry_after(), epp::kDroppedNoEndpoints);
   };
   if (allowed.empty())
     return no_endpoint(fmt::format("No {}endpoint serves `{}` right now.", subset ? "eligible subset " : "healthy ",

@@ -5,6 +5,8 @@
 
 #include <random>
 
+#include "core/admission/outcome.h"
+
 namespace sluice {
 
 std::string response_head(int status, std::string_view content_type, size_t content_length, bool keep_alive,
@@ -85,6 +87,12 @@ std::string new_request_id() {
     for (int i = 15; i >= 0; --i, v >>= 4) id[half * 16 + i] = hex[v & 15];
   }
   return id;
+}
+
+ResponseHeaders jittered_retry_after() {
+  thread_local AdmissionRng rng{std::random_device{}()};
+  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(jittered(std::chrono::seconds(1), rng));
+  return {{"retry-after", std::to_string((wait.count() + 999) / 1000)}, {"retry-after-ms", std::to_string(wait.count())}};
 }
 
 std::string stream_error_event(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }

@@ -35,6 +35,10 @@ bool is_hop_by_hop(boost::beast::http::field f, std::string_view name);
 // 32 hex characters, random per request.
 std::string new_request_id();
 
+// The gateway's own Retry-After for a request no endpoint can take now (retry-after, retry-after-ms):
+// 1 s jittered, so clients told to come back do not return all at once.
+ResponseHeaders jittered_retry_after();
+
 // The SSE error event sent when a stream fails after it started (vLLM's shape: `data: {"error":..}`).
 std::string stream_error_event(const ApiError& e);
 
