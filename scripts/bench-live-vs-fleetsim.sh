@@ -98,10 +98,14 @@ for r in rates:
     pols = [p for p, rr in fs if rr == r]
     fs_rank = {p: i + 1 for i, p in enumerate(sorted(pols, key=lambda p: -fs[(p, r)]))}
     live_rank = {p: i + 1 for i, p in enumerate(sorted(pols, key=lambda p: -live.get((p, r), 0)))}
+    # fleetsim's range for each policy: its jitter-0 run and the jittered ones.
+    rng = {}
+    for p in pols:
+        band = [fs[(p, r)]] + [n[(p, r)] for n in noisy if (p, r) in n]
+        rng[p] = (min(band), max(band))
     for p in pols:
         f, l = fs[(p, r)], live.get((p, r), 0.0)
-        band = [f] + [n[(p, r)] for n in noisy if (p, r) in n]
-        lo, hi = min(band), max(band)
+        lo, hi = rng[p]
         ratio = l / f if f > 0 else float("nan")
         if f > 0:
             worst = max(worst, abs(ratio - 1))
@@ -113,8 +117,6 @@ for r in rates:
               f"{fs_rank[p]} | {live_rank[p]} | {'-' if behind is None else f'{behind:.2f}'} |")
     # Rankings agree when every pair that fleetsim tells apart by more than 15% over its whole range
     # (the lowest of one above the highest of the other) is ordered alike.
-    rng = {p: (min([fs[(p, r)]] + [n[(p, r)] for n in noisy if (p, r) in n]),
-               max([fs[(p, r)]] + [n[(p, r)] for n in noisy if (p, r) in n])) for p in pols}
     for a in pols:
         for b in pols:
             if rng[a][0] > 1.15 * rng[b][1] and live.get((a, r), 0) <= live.get((b, r), 0):

@@ -143,6 +143,9 @@ admission:
     def metrics(self):
         return admin_metrics(self.admin)
 
+    def inflight(self, pool, endpoint):
+        return metric(self.metrics(), "sluice_endpoint_inflight_requests", pool=pool, endpoint=endpoint)
+
     def wait_metric(self, name, want, timeout=5, **labels):
         deadline = time.time() + timeout * SCALE
         v = None
@@ -218,8 +221,7 @@ admission:
         # only that one cannot be placed there (admission counts the pool's room, the second's):
         # 503 with a Retry-After, and the first stays at one in flight. Without the hint: the second.
         a, b = (f"127.0.0.1:{p}" for p in self.chat_ports[:2])
-        def inflight(addr):
-            return metric(self.metrics(), "sluice_endpoint_inflight_requests", pool="duo", endpoint=addr)
+        inflight = lambda addr: self.inflight("duo", addr)
         res, _, _, held = self.envoy.decide("/v1/chat/completions", chat("duo-model", "hold", max_tokens=4), subset=[a])
         try:
             self.assertIsNone(res.immediate)
@@ -343,8 +345,7 @@ admission:
         res, send, responses, call = self.envoy.decide("/v1/chat/completions", chat(MODEL, "fallback", max_tokens=4))
         first, second = res.destination.split(",")[:2]
         def inflight(addr):
-            name = f"replica-{self.chat_ports.index(int(addr.rsplit(':', 1)[1]))}"
-            return metric(self.metrics(), "sluice_endpoint_inflight_requests", pool="chat", endpoint=name)
+            return self.inflight("chat", f"replica-{self.chat_ports.index(int(addr.rsplit(':', 1)[1]))}")
         self.assertEqual(inflight(first), 1)
         m = self.envoy.pb2.ProcessingRequest()  # the proxy's first try failed: it served from the second
         m.response_headers.headers.headers.add(key=":status", raw_value=b"200")

@@ -340,8 +340,7 @@ class StreamTimingTest(unittest.TestCase):
                 self.assertTrue(chunk, "stream ended early")
                 got += chunk
             s.close()
-            events = [e for e in re.findall(rb"data: (\{.*?\})\r?\n", got)]
-            chunks = [json.loads(e) for e in events]
+            chunks = [json.loads(e) for e in re.findall(rb"data: (\{.*?\})\r?\n", got)]
             self.assertEqual(chunks[0]["choices"][0]["delta"], {"role": "assistant", "content": ""})
             self.assertTrue(chunks[1]["choices"][0]["delta"].get("content"), chunks[1])
             first.getresponse().read()

@@ -26,6 +26,13 @@ PoolConfig pool_of(int endpoints) {
   return p;
 }
 
+// A request of 10 input tokens (what these tests place is its count, not its size).
+PickRequest small_request() {
+  PickRequest req;
+  req.input_tokens = 10;
+  return req;
+}
+
 EngineSignals signals(Time at, double waiting, double kv) {
   EngineSignals s;
   s.scraped_at = at;
@@ -52,8 +59,7 @@ TEST(PoolRouterSaturation, FreshSignalsOrTheHardCapSaturate) {
   // The hard cap saturates whatever the signals say.
   r.update_signals(0, signals(t + 1s, 0, 0));
   r.update_signals(1, signals(t + 1s, 0, 0));
-  PickRequest req;
-  req.input_tokens = 10;
+  const PickRequest req = small_request();
   std::vector<DispatchGuard> held;
   for (int i = 0; i < 8; ++i) {
     auto ranked = r.rank(req, t + 1s);
@@ -66,8 +72,7 @@ TEST(PoolRouterSaturation, FreshSignalsOrTheHardCapSaturate) {
 
 // `n` requests dispatched straight to `endpoint`, their guards kept in `held`.
 void hold(PoolRouter& r, size_t endpoint, int n, Time t, std::vector<DispatchGuard>& held) {
-  PickRequest req;
-  req.input_tokens = 10;
+  const PickRequest req = small_request();
   for (int i = 0; i < n; ++i) held.push_back(r.dispatch(req, Candidate{endpoint, 0, 0, false}, t));
 }
 
@@ -81,8 +86,7 @@ TEST(PoolRouterSaturation, TheHardCapIsATierBelowThePolicysSaturation) {
   const Time t = 10s;
   std::vector<DispatchGuard> held;
   hold(r, 0, 4, t, held);
-  PickRequest req;
-  req.input_tokens = 10;
+  const PickRequest req = small_request();
   for (int k = 0; k < 50; ++k) {
     const auto ranked = r.rank(req, t);
     ASSERT_EQ(ranked.size(), 2u);
@@ -104,8 +108,7 @@ TEST(PoolRouterSaturation, PlaceSkipsAnEndpointFilledSinceTheRanking) {
   const std::vector<Candidate> ranked{{0, 3, 0, false}, {1, 2, 0, false}, {2, 1, 0, false}};  // 0 first, 3 in flight
   hold(r, 0, 1, t, held);  // another worker takes 0's last slot
   EXPECT_TRUE(r.any_below_cap(ranked, 0));
-  PickRequest req;
-  req.input_tokens = 10;
+  const PickRequest req = small_request();
   size_t i = 0;
   DispatchGuard g = r.place(req, ranked, i, t);
   ASSERT_TRUE(g);
@@ -140,8 +143,7 @@ TEST(PoolRouterSaturation, PlaceRefusesASubsetWhoseEveryEndpointIsAtTheCap) {
   hold(r, 0, 4, t, held);
   hold(r, 1, 3, t, held);
   const std::vector<Candidate> subset{{0, 2, 0, false}, {1, 1, 0, false}};  // endpoint 2 left out
-  PickRequest req;
-  req.input_tokens = 10;
+  const PickRequest req = small_request();
   size_t i = 0;
   DispatchGuard g = r.place(req, subset, i, t, PoolRouter::AtCap::refuse);
   ASSERT_TRUE(g);  // 1 has a slot
