@@ -54,7 +54,26 @@ struct Flight {
   int64_t predicted_cached = 0;
   int source = 0;  // KvEventIndex::Source of the prediction (learned without events)
   bool admitted = false;  // the engine's cached tokens were counted
+  size_t gateway = 0;     // the gateway replica that placed it
   DispatchGuard guard;
+};
+
+// A request waiting at a gateway (its admission queue) or for its client's retry.
+struct Queued {
+  WorkloadRequest req;
+  uint64_t id;
+  Time sent;
+};
+
+// A gateway's admission queue and dispatcher: the live gateway's objects (core/admission), not a
+// copy of their rule. Without tenants (FleetConfig::fair_queue off) it is the live gateway's
+// implicit gate: every request one tenant's (so first come, first placed), no fair share of the
+// slots, the same queue limits and TTL (503 queue_timeout past it).
+struct Gate {
+  AdmissionQueue queue;
+  Dispatcher dispatcher;
+  std::unordered_map<uint64_t, Queued> parked;  // in `queue`, by id (the queue's cookie)
+  Gate(QueueConfig q, FairShareConfig f) : queue(std::move(q)), dispatcher(f) {}
 };
 
 struct Replica {
@@ -68,6 +87,7 @@ struct Gateway {
   std::unique_ptr<PoolRouter> router;
   std::shared_ptr<KvEventIndex> events;  // null: the learned index only
   std::unique_ptr<PeerSender> sender;    // with share_load
+  std::unique_ptr<Gate> gate;            // with a gateway queue (FleetConfig::max_in_flight_per_endpoint or fair_queue)
 };
 
 // A peer-load report on its way to the other gateways (a fixed delay: FIFO).
@@ -108,7 +128,8 @@ class Simulation {
       } else {
         policy = make_policy(pool, cfg.seed + g * 104729);
       }
-      Gateway gw{std::make_unique<PoolRouter>(pool, std::move(policy)), nullptr};
+      Gateway gw;
+      gw.router = std::make_unique<PoolRouter>(pool, std::move(policy));
       if (cfg.kv_events) {
         KvEventIndex::Options o;
         o.recent_window = cfg.kv_recent_window;
@@ -130,9 +151,13 @@ class Simulation {
       gateways_.push_back(std::move(gw));
     }
     router_ = gateways_[0].router.get();
-    gateway_queue_.resize(cfg.gateways);
-    if (cfg.fair_queue) fair_.emplace(QueueConfig{.default_ttl = cfg.queue_ttl});
-    if (cfg.fair_queue) dispatcher_.emplace(FairShareConfig{.enabled = cfg.fair_share});
+    if (cfg.max_in_flight_per_endpoint > 0 || cfg.fair_queue) {
+      QueueConfig queue;
+      queue.default_ttl = cfg.queue_ttl;
+      FairShareConfig share;
+      share.enabled = cfg.fair_queue && cfg.fair_share;  // the implicit gate: one tenant, no shares
+      for (auto& gw : gateways_) gw.gate = std::make_unique<Gate>(queue, share);
+    }
     for (size_t i = 0; i < cfg.replicas; ++i) {
       auto ec = cfg.engine;
       ec.seed = cfg.engine.seed + i * 7919;
@@ -219,9 +244,9 @@ class Simulation {
 
   bool closed_loop() const { return wl_->arrivals().kind == workload::ArrivalKind::concurrency; }
   bool done() const {
-    for (const auto& q : gateway_queue_)
-      if (!q.empty()) return false;
-    return exhausted_ && flights_.empty() && parked_.empty() && pending_.empty() && retrying_.empty();
+    for (const auto& gw : gateways_)
+      if (gw.gate && !gw.gate->parked.empty()) return false;
+    return exhausted_ && flights_.empty() && pending_.empty() && retrying_.empty();
   }
 
   TenantId tenant_id(const std::string& name) {
@@ -260,43 +285,39 @@ class Simulation {
     return true;
   }
 
-  // Every arrival (a first attempt at `sent` = now, or a client's retry): the admission queue, the
-  // gateway queue, or a dispatch.
+  // Every arrival (a first attempt at `sent` = now, or a client's retry): a gateway's admission
+  // queue, or (no gateway queue) a dispatch.
   void admit(WorkloadRequest req, uint64_t id, Time sent) {
     const size_t g = next_gateway_;  // round robin, as the load balancer in front of the gateways
     next_gateway_ = (next_gateway_ + 1) % gateways_.size();
-    if (fair_) {  // as the live gateway: every request passes the admission queue
-      const auto text = req.rendered();
-      QueueRequest q;
-      q.tenant = tenant_id(req.tenant);
-      q.input_tokens = estimate_tokens(text);
-      q.bytes = text.size();
-      q.cookie = id;
-      auto placed = fair_->enqueue(q, saturated(), now_, admission_rng_);
-      if (!placed.ok()) {
-        if (placed.denial->should_retry && retry_later(req, id, sent, placed.denial->retry_after)) return;
-        Flight f;
-        f.id = id;
-        f.tenant = req.tenant;
-        f.sent = sent;
-        f.dispatched = now_;
-        record(f, placed.denial->error.status);
-        return;
-      }
-      dispatcher_->on_queued(id, router_->config().name, q.tenant, q.weight, q.priority, now_);
-      parked_.emplace(id, Queued{std::move(req), id, sent});
-      drain();
+    Gate* gate = gateways_[g].gate.get();
+    if (!gate) {
+      dispatch(g, std::move(req), id, sent);
       return;
     }
-    // As the live gateway's queue: first come, first placed. An arrival never overtakes a queued
-    // request; it joins the queue and the queue moves (as the live dispatcher runs on every admit),
-    // which places both at once when a scrape has shown room since the last completion.
-    if (saturated(g) || !gateway_queue_[g].empty()) {
-      gateway_queue_[g].push_back(Queued{std::move(req), id, sent});
-      drain();
+    // As the live gateway: every request passes the admission queue; an arrival never overtakes a
+    // queued request (it joins the queue and the queue moves, as the live dispatcher runs on every
+    // admit, placing both at once when a scrape has shown room since the last completion).
+    const auto text = req.rendered();
+    QueueRequest q;
+    q.tenant = cfg_.fair_queue ? tenant_id(req.tenant) : 0;
+    q.input_tokens = estimate_tokens(text);
+    q.bytes = text.size();
+    q.cookie = id;
+    auto placed = gate->queue.enqueue(q, saturated(g), now_, admission_rng_);
+    if (!placed.ok()) {
+      if (placed.denial->should_retry && retry_later(req, id, sent, placed.denial->retry_after)) return;
+      Flight f;
+      f.id = id;
+      f.tenant = req.tenant;
+      f.sent = sent;
+      f.dispatched = now_;
+      record(f, placed.denial->error.status);
       return;
     }
-    dispatch(g, std::move(req), id, sent);
+    gate->dispatcher.on_queued(id, gateways_[g].router->config().name, q.tenant, q.weight, q.priority, now_);
+    gate->parked.emplace(id, Queued{std::move(req), id, sent});
+    drain();
   }
 
   // The live gateway's rule (admission_driver.cpp): the pool is saturated when every healthy
@@ -305,12 +326,6 @@ class Simulation {
   bool saturated(size_t g = 0) const {
     return cfg_.max_in_flight_per_endpoint > 0 && gateways_[g].router->saturated(now_);
   }
-
-  struct Queued {
-    WorkloadRequest req;
-    uint64_t id;
-    Time sent;
-  };
 
   void dispatch(size_t g, WorkloadRequest req, uint64_t id, Time sent) {
     PoolRouter* router = gateways_[g].router.get();
@@ -343,17 +358,18 @@ class Simulation {
     auto ranked = router->rank(pick, now_);
     f.tenant = req.tenant;
     f.tenant_id = tenant_id(req.tenant);
+    f.gateway = g;
     f.sent = sent;
     f.dispatched = now_;
     f.input_tokens = int64_t(er.prompt.size());
     if (ranked.empty()) {  // 503 no_endpoint, the gateway's jittered 1 s Retry-After (proxy.cpp)
-      if (dispatcher_) dispatcher_->on_finished(id, now_);
+      finished(g, id);
       if (cfg_.client_retries > 0 && retry_later(req, id, sent, jittered(std::chrono::seconds(1), client_rng_))) return;
       record(f, 503);
       return;
     }
     if (auto d = shed_refusal(*router, ranked, 0, now_, client_rng_)) {  // as the gateway does (no priorities here)
-      if (dispatcher_) dispatcher_->on_finished(id, now_);
+      finished(g, id);
       if (retry_later(req, id, sent, d->retry_after)) return;
       record(f, 429);
       return;
@@ -377,7 +393,7 @@ class Simulation {
     const auto err = rep.engine->submit(std::move(er), now_);
     if (err != engine::SubmitError::none) {
       f.guard.release();
-      if (dispatcher_) dispatcher_->on_finished(id, now_);
+      finished(g, id);
       record(f, 400);
       return;
     }
@@ -424,14 +440,14 @@ class Simulation {
       }
       if (out.new_tokens > 0) {
         f.guard.on_tokens(out.new_tokens);
-        if (fair_) fair_->charge_output(f.tenant_id, 0, out.new_tokens);
+        if (cfg_.fair_queue) gateways_[f.gateway].gate->queue.charge_output(f.tenant_id, 0, out.new_tokens);
       }
       f.output_tokens = out.output_tokens;
       if (out.finished) {
         const int status = *out.finished == engine::FinishReason::abort ? 500 : 200;
         f.guard.release();
         record(f, status);
-        if (dispatcher_) dispatcher_->on_finished(out.id, now_);
+        finished(f.gateway, out.id);
         flights_.erase(it);
         on_slot_freed();
       }
@@ -498,26 +514,28 @@ class Simulation {
     if (closed_loop()) pull_next(now_);
   }
 
-  // Dispatches queued requests while there is room (and, with fair shares, a tenant may take it).
+  // The request's fair share of its gateway's slots is free (it ended, or never got an endpoint).
+  void finished(size_t g, uint64_t id) {
+    if (Gate* gate = gateways_[g].gate.get()) gate->dispatcher.on_finished(id, now_);
+  }
+
+  // Each gateway's dispatcher places what may go now; a request is placed at once here, so its
+  // promise is kept the moment it is made.
   void drain() {
-    for (size_t g = 0; g < gateway_queue_.size(); ++g)
-      while (!gateway_queue_[g].empty() && !saturated(g)) {
-        auto q = std::move(gateway_queue_[g].front());
-        gateway_queue_[g].pop_front();
+    for (size_t g = 0; g < gateways_.size(); ++g) {
+      Gate* gate = gateways_[g].gate.get();
+      if (!gate || gate->parked.empty()) continue;
+      const PoolRouter* router = gateways_[g].router.get();
+      const Dispatcher::RouterOf router_of = [router](std::string_view) { return router; };
+      gate->dispatcher.dispatch(gate->queue, now_, router_of, [&](const Dispatcher::Popped& p) {
+        auto it = gate->parked.find(p.cookie);
+        if (it == gate->parked.end()) return;
+        auto q = std::move(it->second);
+        gate->parked.erase(it);
         dispatch(g, std::move(q.req), q.id, q.sent);
-      }
-    if (!fair_ || parked_.empty()) return;
-    // The gateway's dispatcher (the same object the live gateway runs); a request is placed at
-    // once here, so its promise is kept the moment it is made.
-    const Dispatcher::RouterOf router_of = [this](std::string_view) -> const PoolRouter* { return router_; };
-    dispatcher_->dispatch(*fair_, now_, router_of, [this](const Dispatcher::Popped& p) {
-      auto it = parked_.find(p.cookie);
-      if (it == parked_.end()) return;
-      auto q = std::move(it->second);
-      parked_.erase(it);
-      dispatch(0, std::move(q.req), q.id, q.sent);
-      dispatcher_->on_placed(p.cookie);
-    });
+        gate->dispatcher.on_placed(p.cookie);
+      });
+    }
   }
 
   void record(const Flight& f, int status) {
@@ -563,20 +581,23 @@ class Simulation {
   }
 
   void expire_queued() {
-    if (!fair_) return;
-    for (const auto& x : fair_->expire(now_, admission_rng_)) {
-      auto it = parked_.find(x.cookie);
-      if (it == parked_.end()) continue;
-      Flight f;
-      f.id = x.cookie;
-      f.tenant = it->second.req.tenant;
-      f.sent = it->second.sent;
-      f.dispatched = now_;
-      Queued q = std::move(it->second);
-      parked_.erase(it);
-      dispatcher_->on_left_queue(x.cookie, now_);
-      if (x.denial.should_retry && retry_later(q.req, q.id, q.sent, x.denial.retry_after)) continue;
-      record(f, x.denial.error.status);
+    for (auto& gw : gateways_) {
+      Gate* gate = gw.gate.get();
+      if (!gate) continue;
+      for (const auto& x : gate->queue.expire(now_, admission_rng_)) {
+        auto it = gate->parked.find(x.cookie);
+        if (it == gate->parked.end()) continue;
+        Flight f;
+        f.id = x.cookie;
+        f.tenant = it->second.req.tenant;
+        f.sent = it->second.sent;
+        f.dispatched = now_;
+        Queued q = std::move(it->second);
+        gate->parked.erase(it);
+        gate->dispatcher.on_left_queue(x.cookie, now_);
+        if (x.denial.should_retry && retry_later(q.req, q.id, q.sent, x.denial.retry_after)) continue;
+        record(f, x.denial.error.status);
+      }
     }
   }
 
@@ -616,15 +637,11 @@ class Simulation {
   const FleetConfig& cfg_;
   std::unique_ptr<workload::Workload> wl_;
   std::vector<Gateway> gateways_;
-  PoolRouter* router_ = nullptr;  // gateways_[0]'s: the only one with the admission queue (fair_)
+  PoolRouter* router_ = nullptr;  // gateways_[0]'s
   size_t next_gateway_ = 0;
   std::vector<Replica> replicas_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::deque<WorkloadRequest> pending_;
-  std::vector<std::deque<Queued>> gateway_queue_;  // per gateway
-  std::optional<AdmissionQueue> fair_;
-  std::optional<Dispatcher> dispatcher_;  // with fair_: the live gateway's dispatch rule (core/admission/dispatcher.h)
-  std::unordered_map<uint64_t, Queued> parked_;  // in `fair_`, by id (the queue's cookie)
   std::unordered_map<std::string, TenantId> tenant_ids_;
   AdmissionRng admission_rng_{7};
   AdmissionRng client_rng_{11};  // the Retry-After jitter of refusals outside the admission queue
@@ -654,7 +671,6 @@ std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg) {
   if (auto e = cfg.engine.validate(); !e.empty()) return "engine: " + e;
   if (cfg.scrape_interval <= Duration::zero()) return std::string("scrape interval must be positive");
   if (cfg.gateways < 1 || cfg.gateways > 64) return std::string("gateways must be in [1, 64]");
-  if (cfg.gateways > 1 && cfg.fair_queue) return std::string("the fair queue is modelled for one gateway only");
   if (cfg.kv_event_delay < Duration::zero()) return std::string("kv event delay must be >= 0");
   if (cfg.share_load && (cfg.share_load_interval <= Duration::zero() || cfg.share_load_delay < Duration::zero()))
     return std::string("share-load interval must be > 0 and its delay >= 0");

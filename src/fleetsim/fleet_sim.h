@@ -14,9 +14,11 @@
 // Gateway queue (optional, --max-in-flight): when the pool is saturated (PoolRouter::saturated, the
 // live gateway's rule: every replica at the in-flight cap or, by fresh signals, at the engine queue /
 // KV limits), a request waits at the gateway and is dispatched when a request finishes (late
-// binding). The queue is a FIFO, or with `fair_queue` the admission layer's AdmissionQueue
-// (core/admission: VTC fairness between tenants, 30 s queue TTL -> 503, output charged as it
-// streams) with the live gateway's FairShare of the slots (unless `fair_share` is off).
+// binding). Each gateway's queue is the live gateway's own AdmissionQueue and Dispatcher
+// (core/admission): without `fair_queue` its implicit gate (every request one tenant's: first
+// come, first placed; 4096 requests at most; `queue_ttl` -> 503 queue_timeout); with it, VTC
+// fairness between tenants (output charged as it streams) and the live gateway's FairShare of the
+// slots (unless `fair_share` is off).
 // The `oracle` policy is OraclePolicy with its callback wired to the replicas' true KV caches.
 // Client retries (`client_retries` > 0): a refused request (429 over_slo / queue_full, 503
 // no_endpoint / queue_timeout: anything the gateway answers with a Retry-After) comes back after that
@@ -63,9 +65,9 @@ struct FleetConfig {
   Duration scrape_interval = std::chrono::milliseconds(50);
   Duration stale_after = std::chrono::milliseconds(500);
   int max_in_flight_per_endpoint = 0;    // 0 = no gateway queue (dispatch at once)
-  bool fair_queue = false;               // VTC AdmissionQueue instead of a FIFO
+  bool fair_queue = false;               // the gateway queue tells tenants apart (VTC) instead of one tenant
   bool fair_share = true;                // with fair_queue: FairShare of the slots (fair_share.h)
-  Duration queue_ttl = std::chrono::seconds(30);  // with fair_queue: the queue-time budget (503 past it)
+  Duration queue_ttl = std::chrono::seconds(30);  // the gateway queue's time budget (503 past it)
   std::string workload;                  // spec, see core/workload/workload.h
   workload::ArrivalSpec arrivals;
   workload::WorkloadLimits limits;

@@ -264,15 +264,16 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--max-in-flight", flags->max_in_flight,
                   "Gateway in-flight cap per replica; beyond it requests queue at the gateway, as they do when every "
                   "replica's fresh signals show it saturated (0 = neither; the live gateway's default is 256, "
-                  "pools[].max_in_flight_per_endpoint, with that saturation queue)")
+                  "pools[].max_in_flight_per_endpoint, with that saturation queue). The queue is the live gateway's "
+                  "admission queue: first come, first placed (one tenant) unless --fair-queue; TTL --queue-ttl-ms")
       ->capture_default_str();
   cmd->add_flag("--fair-queue", flags->fair_queue,
                 "Order the gateway queue by the admission layer's VTC fairness between tenants (TTL: --queue-ttl-ms), "
                 "with fair shares of the slots");
   cmd->add_flag("--no-fair-share", flags->no_fair_share, "With --fair-queue: VTC order only, no fair shares of the slots");
   cmd->add_option("--queue-ttl-ms", flags->queue_ttl_ms,
-                  "With --fair-queue: the queue-time budget; a request queued longer leaves with 503 (the gateway's "
-                  "admission.queue TTL)")
+                  "The gateway queue's time budget; a request queued longer leaves with 503 queue_timeout (the gateway's "
+                  "admission.queue TTL, 30 s also without admission)")
       ->capture_default_str();
   cmd->add_option("--client-retries", flags->client_retries,
                   "Clients retry a refused request (429/503 with a Retry-After) after its Retry-After, this many times, "

@@ -233,6 +233,42 @@ TEST(FleetSim, QueueTimeBudgetShedsWhatWaitsTooLong) {
   EXPECT_LT(shed.figures.ttft.p90, patient.figures.ttft.p90);
 }
 
+// Without tenants the gateway queue is the live gateway's implicit gate, the same AdmissionQueue:
+// the queue-time budget holds there too (the FIFO fleetsim had before waited without limit, while
+// the live gateway answers 503 queue_timeout after 30 s).
+TEST(FleetSim, TheImplicitGateHasTheQueueTimeBudget) {
+  auto c = small_fleet("least_request", 120);
+  c.workload = "tenants,tenants=4,factor=10,input=300,output=50";
+  c.max_in_flight_per_endpoint = 4;
+  c.limits.max_requests = 1500;
+  auto patient = run_ok(c);
+  c.queue_ttl = std::chrono::milliseconds(200);
+  auto shed = run_ok(c);
+  EXPECT_EQ(patient.figures.by_status[503], 0u);
+  EXPECT_GT(patient.figures.queue.max, 0.5);
+  EXPECT_GT(shed.figures.by_status[503], 0u);
+  EXPECT_LE(shed.figures.queue.max, 0.2 + 1e-9);
+  EXPECT_EQ(shed.figures.ok + shed.figures.by_status[503], 1500u);
+}
+
+// Each gateway replica has its own admission queue (as live replicas do): the fair queue runs with
+// several, and keeps protecting the quiet tenants on each.
+TEST(FleetSim, EveryGatewayReplicaHasItsOwnFairQueue) {
+  auto c = small_fleet("least_request", 120);
+  c.workload = "tenants,tenants=4,factor=10,input=300,output=50";
+  c.max_in_flight_per_endpoint = 4;
+  c.limits.max_requests = 1500;
+  c.gateways = 2;
+  auto fifo = run_ok(c);
+  c.fair_queue = true;
+  auto fair = run_ok(c);
+  EXPECT_EQ(fair.figures.ok, 1500u);
+  EXPECT_GT(fifo.figures.queue.max, 0.5);
+  const auto quiet_fifo = fifo.figures.tenants["tenant-1"].ttft.p90;
+  const auto quiet_fair = fair.figures.tenants["tenant-1"].ttft.p90;
+  EXPECT_LT(quiet_fair, quiet_fifo / 2) << "fifo " << quiet_fifo << " fair " << quiet_fair;
+}
+
 // Light tenants (the noisy one sends 30x each of their tokens): with the VTC order alone their
 // requests still wait for one of the noisy tenant's slots to free; the fair share of the slots keeps
 // one ready (the live gateway's rule, admission/fair_share.h). The noisy tenant pays in throughput.
