@@ -1,1 +1,1 @@
-sluice fleetsim --seed 1 --policy least_request,sluice --replicas 4 --workload tenants,factor=30,input=300,output=50 --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --no-fair-share --tenants   # source: c293596 + uncommitted changes under src/
+sluice fleetsim --seed 1 --policy least_request,sluice --replicas 4 --workload tenants,factor=30,input=300,output=50 --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --no-fair-share --tenants   # source: 2344cf4
