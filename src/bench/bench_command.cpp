@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "bench/load_client.h"
+#include "bench/workload_options.h"
 #include "core/json_escape.h"
 #include "core/picker/engine_metrics.h"
 #include "core/prom_text.h"
@@ -20,18 +21,10 @@ namespace {
 struct Flags {
   std::string url;
   std::string label = "target";
-  std::string workload = "shared_prefix:small";
-  std::string arrival = "poisson";
-  std::vector<double> rates{2.0};
-  double burstiness = 1.0;
-  int concurrency = 8;
-  int64_t requests = 100;
-  double duration_s = 0;
-  uint64_t seed = 1;
+  WorkloadOptions w{.rates = {2.0}};
   std::vector<std::string> metrics_urls;
   double timeout_s = 600;
   double time_scale = 1.0;
-  double slo_ttft_ms = 1000, slo_itl_ms = 50;
   bool json = false, tenants = false, tenant_keys = false;
   std::string api_key, json_out, model;
 };
@@ -116,24 +109,20 @@ int run(const Flags& f_in) {
   opt.api_key = f.api_key;
   opt.model = f.model;
   if (!f.json) opt.progress_every_s = 10;  // a line every 10 s on stderr during long runs
-  workload::ArrivalSpec arr;
-  if (!workload::parse_arrival_kind(f.arrival, arr.kind)) {
-    fmt::print(stderr, "bench: --arrival must be poisson, gamma or concurrency\n");
+  auto spec = workload_run(f.w);
+  if (auto* e = std::get_if<std::string>(&spec)) {
+    fmt::print(stderr, "bench: {}\n", *e);
     return 2;
   }
-  arr.burstiness = f.burstiness;
-  arr.concurrency = f.concurrency;
-  workload::WorkloadLimits lim;
-  lim.max_requests = f.requests;
-  if (f.duration_s > 0) lim.max_duration = from_seconds(f.duration_s);
-  workload::SloSpec slo{from_millis(f.slo_ttft_ms), from_millis(f.slo_itl_ms)};
-  const bool closed = arr.kind == workload::ArrivalKind::concurrency;
+  const WorkloadRun& plan = std::get<0>(spec);
+  workload::ArrivalSpec arr = plan.arrivals;
+  const bool closed = plan.closed_loop();
 
   std::vector<workload::Figures> rows;
   std::string json_lines, description;
-  for (double rate : closed ? std::vector<double>{0} : f.rates) {
+  for (double rate : plan.rates(f.w)) {
     arr.rate = rate;
-    auto wl = workload::make_workload(f.workload, arr, lim, f.seed);
+    auto wl = workload::make_workload(f.w.workload, arr, plan.limits, f.w.seed);
     if (auto* e = std::get_if<std::string>(&wl)) {
       fmt::print(stderr, "bench: {}\n", *e);
       return 2;
@@ -143,7 +132,7 @@ int run(const Flags& f_in) {
     const auto before = read_counters(f.metrics_urls);
     auto result = bench::run_load(w, opt);
     const auto after = read_counters(f.metrics_urls);
-    auto fig = workload::summarize(result.records, slo);
+    auto fig = workload::summarize(result.records, plan.slo);
     const std::string rate_label = closed ? fmt::format("c{}", arr.concurrency) : fmt::format("{:g}", rate);
     fig.labels = {{"target", f.label}, {"rate", rate_label}};
     if (!f.metrics_urls.empty() && after.read == f.metrics_urls.size() && before.read == after.read &&
@@ -162,7 +151,7 @@ int run(const Flags& f_in) {
     std::string line = "{\"label\":" + json_string(f.label) + ",\"url\":" + json_string(f.url) +
                        ",\"workload\":" + json_string(description) + ",\"arrivals\":" + json_string(arr.describe()) +
                        fmt::format(",\"offered_rate\":{},\"seed\":{},\"time_scale\":{},\"wall_s\":{:.3f},", closed ? 0.0 : rate,
-                                   f.seed, f.time_scale, result.wall_seconds) +
+                                   f.w.seed, f.time_scale, result.wall_seconds) +
                        (f.metrics_urls.empty() ? std::string()
                                                : fmt::format("\"sim_lag_dropped_s\":{:.3f},", lag_dropped)) +
                        "\"figures\":" + workload::to_json(fig) + "}";
@@ -193,17 +182,11 @@ void add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Open-loop HTTP load generator with the field's workloads");
   cmd->add_option("--url", flags->url, "Base URL of the gateway or engine, e.g. http://127.0.0.1:8080")->required();
   cmd->add_option("--label", flags->label, "Name of this target in the output")->capture_default_str();
-  cmd->add_option("--workload", flags->workload,
-                  "Workload spec name[:preset][,key=value...] (see sluice fleetsim --help)")
-      ->capture_default_str();
-  cmd->add_option("--arrival", flags->arrival, "poisson | gamma | concurrency")->capture_default_str();
-  cmd->add_option("--rate,--rates", flags->rates, "Offered request rate(s) per second, comma-separated sweep")
-      ->delimiter(',')->capture_default_str();
-  cmd->add_option("--burstiness", flags->burstiness, "Gamma shape (1 = Poisson, < 1 burstier)")->capture_default_str();
-  cmd->add_option("--concurrency", flags->concurrency, "Requests in flight (--arrival concurrency)")->capture_default_str();
-  cmd->add_option("--requests", flags->requests, "Requests per rate")->capture_default_str();
-  cmd->add_option("--duration", flags->duration_s, "Stop sending after this many seconds (engine time)");
-  cmd->add_option("--seed", flags->seed, "Workload seed")->capture_default_str();
+  add_workload_options(*cmd, flags->w,
+                       {.workload = "Workload spec name[:preset][,key=value...] (see sluice fleetsim --help)",
+                        .requests = "Requests per rate",
+                        .duration = "Stop sending after this many seconds (engine time)",
+                        .seed = "Workload seed"});
   cmd->add_option("--metrics-url", flags->metrics_urls,
                   "Engine /metrics URLs (comma-separated) for the engine-reported prefix hit rate")
       ->delimiter(',');
@@ -211,8 +194,6 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--time-scale", flags->time_scale,
                   "The simulator's --time-scale: send this many times faster, report in engine time")
       ->capture_default_str();
-  cmd->add_option("--slo-ttft-ms", flags->slo_ttft_ms, "Goodput SLO on TTFT")->capture_default_str();
-  cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
   cmd->add_flag("--tenant-keys", flags->tenant_keys, "Send each request's tenant name as its Bearer API key");
   cmd->add_option("--api-key", flags->api_key, "Bearer API key for every request");
   cmd->add_option("--model", flags->model,

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/engine/cost_model.h"
+#include "bench/workload_options.h"
 #include "core/picker/policy_factory.h"
 #include "fleetsim/fleet_sim.h"
 
@@ -20,14 +21,7 @@ struct Flags {
   size_t replicas = 8;
   std::vector<std::string> policies{"sluice"};
   std::vector<std::string> policy_params;
-  std::string workload = "shared_prefix:small";
-  std::string arrival = "poisson";
-  std::vector<double> rates{4.0};
-  double burstiness = 1.0;
-  int concurrency = 16;
-  int64_t requests = 1000;
-  double duration_s = 0;
-  uint64_t seed = 1;
+  WorkloadOptions w{.rates = {4.0}, .concurrency = 16, .requests = 1000};
   std::string profile = std::string(engine::kDefaultProfile);
   int64_t kv_blocks = 0, max_num_seqs = 0, max_num_batched_tokens = 0;
   int max_loras = 4;
@@ -38,7 +32,6 @@ struct Flags {
   bool fair_queue = false;
   bool no_fair_share = false;
   double queue_ttl_ms = 30000;
-  double slo_ttft_ms = 1000, slo_itl_ms = 50;
   bool json = false, tenants = false;
   std::string json_out;
   std::string trace;
@@ -66,7 +59,7 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   c.engine.cost.jitter_sigma = f.jitter;
   if (f.prefix_caching != "on" && f.prefix_caching != "off") return std::string("--prefix-caching is on|off");
   c.engine.prefix_caching = f.prefix_caching == "on";
-  c.engine.seed = f.seed;
+  c.engine.seed = f.w.seed;
   for (const auto& kv : f.policy_params) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) return "--policy-param expects name=value, got '" + kv + "'";
@@ -83,16 +76,13 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   if (!(f.queue_ttl_ms > 0)) return std::string("--queue-ttl-ms must be positive");
   c.queue_ttl = from_millis(f.queue_ttl_ms);
   if (f.fair_queue && f.max_in_flight <= 0) return std::string("--fair-queue needs --max-in-flight (the gateway queue)");
-  c.workload = f.workload;
-  if (!workload::parse_arrival_kind(f.arrival, c.arrivals.kind))
-    return "--arrival must be poisson, gamma or concurrency, got '" + f.arrival + "'";
-  c.arrivals.burstiness = f.burstiness;
-  c.arrivals.concurrency = f.concurrency;
-  c.limits.max_requests = f.requests;
-  if (f.duration_s > 0) c.limits.max_duration = from_seconds(f.duration_s);
-  c.slo.ttft = from_millis(f.slo_ttft_ms);
-  c.slo.itl = from_millis(f.slo_itl_ms);
-  c.seed = f.seed;
+  c.workload = f.w.workload;
+  auto spec = workload_run(f.w);
+  if (auto* e = std::get_if<std::string>(&spec)) return *e;
+  c.arrivals = std::get<0>(spec).arrivals;
+  c.limits = std::get<0>(spec).limits;
+  c.slo = std::get<0>(spec).slo;
+  c.seed = f.w.seed;
   c.kv_event_delay = from_millis(f.kv_event_delay_ms);
   c.kv_recent_window = from_millis(f.kv_recent_window_ms);
   c.share_load = f.share_load;
@@ -117,7 +107,7 @@ int run(const Flags& f) {
   }
   std::vector<fleetsim::FleetConfig> runs;
   const bool closed = std::get<0>(base).arrivals.kind == workload::ArrivalKind::concurrency;
-  for (const auto& rate : closed ? std::vector<double>{0} : f.rates)
+  for (const auto& rate : closed ? std::vector<double>{0} : f.w.rates)
     for (const auto& p : f.policies)
       for (const auto& idx : f.index)
         for (const size_t g : f.gateways) {
@@ -174,7 +164,7 @@ int run(const Flags& f) {
   if (f.json) {
     fmt::print("{}", json_lines);
   } else if (!rows.empty()) {
-    fmt::print("workload: {}\n", results[0] ? results[0]->workload_description : f.workload);
+    fmt::print("workload: {}\n", results[0] ? results[0]->workload_description : f.w.workload);
     fmt::print("{}", workload::to_table(rows));
     const bool hot = results[0] && !results[0]->hot_group.empty();
     fmt::print("\n{:>14}  {:>6}  {}{:>9}  {:>11}  {:>13}  {:>9}{}{}{}\n", "policy", "rate",
@@ -238,19 +228,13 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--policy", flags->policies, "Policies to compare, comma-separated: " + policies + "oracle")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--policy-param", flags->policy_params, "Policy parameter name=value (repeatable)");
-  cmd->add_option("--workload", flags->workload,
-                  "Workload spec name[:preset][,key=value...]: shared_prefix[:llmd|llmd_low_cache|sglang|small|"
-                  "repetition], multi_turn, cost_mix, lora_mix, tenants, embeddings, replay,file=F, hot_prefix, "
-                  "agent_sessions, tool_agent, kv_pressure, fan_out")
-      ->capture_default_str();
-  cmd->add_option("--arrival", flags->arrival, "poisson | gamma | concurrency")->capture_default_str();
-  cmd->add_option("--rate,--rates", flags->rates, "Offered request rate(s) per second, comma-separated sweep")
-      ->delimiter(',')->capture_default_str();
-  cmd->add_option("--burstiness", flags->burstiness, "Gamma shape (1 = Poisson, < 1 burstier)")->capture_default_str();
-  cmd->add_option("--concurrency", flags->concurrency, "Requests in flight (--arrival concurrency)")->capture_default_str();
-  cmd->add_option("--requests", flags->requests, "Requests per run")->capture_default_str();
-  cmd->add_option("--duration", flags->duration_s, "Stop arrivals after this many (virtual) seconds");
-  cmd->add_option("--seed", flags->seed, "Seed of the workload, arrivals, policies and engines")->capture_default_str();
+  add_workload_options(*cmd, flags->w,
+                       {.workload = "Workload spec name[:preset][,key=value...]: shared_prefix[:llmd|llmd_low_cache|sglang|small|"
+                                    "repetition], multi_turn, cost_mix, lora_mix, tenants, embeddings, replay,file=F, hot_prefix, "
+                                    "agent_sessions, tool_agent, kv_pressure, fan_out",
+                        .requests = "Requests per run",
+                        .duration = "Stop arrivals after this many (virtual) seconds",
+                        .seed = "Seed of the workload, arrivals, policies and engines"});
   cmd->add_option("--profile", flags->profile, "Engine profile")->capture_default_str();
   cmd->add_option("--kv-blocks", flags->kv_blocks, "KV blocks per replica (default: profile's)");
   cmd->add_option("--max-num-seqs", flags->max_num_seqs, "Max running sequences per replica");
@@ -280,8 +264,6 @@ void add_fleetsim_command(CLI::App& app) {
                   "as the OpenAI SDKs do (2 by default there); its TTFT counts from the first attempt (0: a refused "
                   "request is gone)")
       ->capture_default_str();
-  cmd->add_option("--slo-ttft-ms", flags->slo_ttft_ms, "Goodput SLO on TTFT")->capture_default_str();
-  cmd->add_option("--slo-itl-ms", flags->slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object per run instead of the table");
   cmd->add_option("--json-out", flags->json_out, "Also write the JSON lines to this file");
   cmd->add_option("--trace", flags->trace,
