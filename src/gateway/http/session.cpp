@@ -106,7 +106,8 @@ void Session::abort() {
 asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std::string_view c) {
   if (client_gone_) co_return false;
   std::array<asio::const_buffer, 3> bufs{asio::buffer(a), asio::buffer(b), asio::buffer(c)};
-  auto [ec, n] = co_await write_now(client_, bufs);
+  const WriteNow w = write_now(client_, bufs);
+  auto [ec, n] = w.complete() ? w.result() : co_await write_rest(client_, bufs, w);
   if (ec) client_gone_ = true;
   co_return !ec;
 }
