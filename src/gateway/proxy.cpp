@@ -447,7 +447,10 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, std::span<const Candidat
   auto phase = SteadyClock::now();
   // A connect, or a wait at the connection limit, may take a while: the client is watched from here.
   if (!upstreams_.has_idle(*pool_, guard_.endpoint())) down_.watch_now();
-  auto acquired = co_await upstreams_.acquire(*pool_, guard_.endpoint(), std::min(phase + tmo_.connect, total_deadline_));
+  // (No co_await inside a conditional expression: GCC 12 destroys the other branch's temporaries.)
+  AcquireResult acquired;
+  if (auto idle = upstreams_.take_idle(*pool_, guard_.endpoint())) acquired = std::move(*idle);
+  else acquired = co_await upstreams_.acquire(*pool_, guard_.endpoint(), std::min(phase + tmo_.connect, total_deadline_));
   phase = observe(OverheadPhase::connect, phase);  // and the exchange's start
   if (down_.gone()) {
     finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);

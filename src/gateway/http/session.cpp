@@ -107,7 +107,8 @@ asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std
   if (client_gone_) co_return false;
   std::array<asio::const_buffer, 3> bufs{asio::buffer(a), asio::buffer(b), asio::buffer(c)};
   const WriteNow w = write_now(client_, bufs);
-  auto [ec, n] = w.complete() ? w.result() : co_await write_rest(client_, bufs, w);
+  auto [ec, n] = w.result();
+  if (!w.complete()) std::tie(ec, n) = co_await write_rest(client_, bufs, w);
   if (ec) client_gone_ = true;
   co_return !ec;
 }
@@ -150,7 +151,7 @@ void Session::on_watch(boost::system::error_code ec, size_t n) {
     client_gone_ = true;  // EOF or reset: the client left
     if (watching_) cancel_.emit(asio::cancellation_type::terminal);  // the engine sees the abort at once
   }
-  // Last: the waiting coroutine (wait_watch) resumes here, inline, and may start the next watch.
+  // Last: the waiting coroutine (watch_completion) resumes here, inline, and may start the next watch.
   if (watch_waiter_) {
     auto resume = std::move(*watch_waiter_);
     watch_waiter_.reset();
@@ -164,16 +165,9 @@ asio::awaitable<void> Session::stop_watch() {
   boost::system::error_code ignored;
   client_.cancel(ignored);
   // The cancelled read's handler is queued before this continuation on the connection's
-  // (single-threaded) io_context; wait_watch covers the case where it is not.
+  // (single-threaded) io_context; the loop below covers the case where it is not.
   co_await asio::post(client_.get_executor(), asio::use_awaitable);
-  co_await wait_watch();
-}
-
-asio::awaitable<void> Session::wait_watch() {
-  while (watch_pending_) {
-    co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
-        [this](auto handler) { watch_waiter_.emplace(std::move(handler)); }, asio::use_awaitable);
-  }
+  while (watch_pending_) co_await watch_completion();
 }
 
 void Session::watch_now() {
@@ -263,7 +257,7 @@ asio::awaitable<void> Session::run() {
       if (early_bytes_.empty() && buffer_.size() == 0 && !worker_.draining()) {
         // The last request's disconnect watch is the keep-alive read: wait for it.
         begin_idle();
-        co_await wait_watch();
+        while (watch_pending_) co_await watch_completion();
         idle_ = false;
         if (early_bytes_.empty()) break;  // EOF, reset, idle timeout, drain or reaped (cancelled)
       } else {

@@ -70,14 +70,20 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   // The disconnect watch: one plain read on the client socket (a callback, no coroutine) kept
   // pending while a request is served. EOF or an error: the client left. Bytes: a pipelined next
   // request, kept in early_bytes_. When the request is done the read stays pending: it is also the
-  // keep-alive read for the next request (run() waits for it, wait_watch), which saves the
+  // keep-alive read for the next request (run() waits for it, watch_completion), which saves the
   // cancellation's two handler hops and a read that would find nothing per request. stop_watch
   // cancels it and waits until its handler has run, for when the loop must read itself (bytes
   // already here), so the connection's reads never overlap.
   void start_watch();
   void on_watch(boost::system::error_code ec, size_t n);
   asio::awaitable<void> stop_watch();
-  asio::awaitable<void> wait_watch();  // until the pending watch read has completed
+  // The pending watch read's completion, awaited: co_await until !watch_pending_ (its handler may
+  // have started the next watch). A plain function, not a coroutine: awaited in run()'s own frame,
+  // the keep-alive wait allocates no frame of its own.
+  auto watch_completion() {
+    return asio::async_initiate<decltype(asio::use_awaitable), void()>(
+        [this](auto handler) { watch_waiter_.emplace(std::move(handler)); }, asio::use_awaitable);
+  }
   void on_deadline(Phase phase);
 
   Worker& worker_;
@@ -99,7 +105,7 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   bool watching_ = false;
   bool watch_pending_ = false;
   std::array<char, 2048> watch_buf_;
-  // wait_watch's suspended coroutine, resumed by on_watch directly (a timer cancelled to wake it
+  // The coroutine awaiting watch_completion(), resumed by on_watch directly (a timer cancelled to wake it
   // cost a trip through the scheduler per request: the completion posted, then run).
   std::optional<asio::any_completion_handler<void()>> watch_waiter_;
   // The watch read's completion handler. Destroyed without being called (the io_context torn down

@@ -65,7 +65,8 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
   std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body)};
   const WriteNow w = write_now(lease_.socket(), bufs);
-  auto [wec, wn] = w.complete() ? w.result() : co_await write_rest(lease_.socket(), bufs, w);
+  auto [wec, wn] = w.result();
+  if (!w.complete()) std::tie(wec, wn) = co_await write_rest(lease_.socket(), bufs, w);
   if (wec) co_return wec;
   sent_at_ = SteadyClock::now();
   down_.watch_now();  // the request is upstream: watch the client from here (Downstream::WatchFrom)

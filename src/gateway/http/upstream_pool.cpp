@@ -83,28 +83,34 @@ bool still_open(tcp::socket& s) {
 }
 }  // namespace
 
+std::optional<AcquireResult> UpstreamPool::take_idle(const PoolRuntime& pool, size_t endpoint) {
+  Slot& slot = slot_for(pool, endpoint);
+  while (!slot.idle.empty()) {
+    auto idle = std::move(slot.idle.back());
+    slot.idle.pop_back();
+    // A connection idle for a moment is checked with a non-blocking peek (one syscall); one
+    // returned just now is taken as is: if the server closed it anyway, the request is retried
+    // once on a fresh connection before any byte reached the client (proxy.cpp).
+    const auto idle_for = SteadyClock::now() - idle.since;
+    if (idle_for < slot.idle_timeout && (idle_for < kPeekAfter || still_open(*idle.socket))) {
+      AcquireResult r;
+      r.lease.slot_ = &slot;
+      r.lease.socket_ = std::move(idle.socket);
+      r.lease.reused_ = true;
+      return r;
+    }
+    boost::system::error_code ignored;
+    idle.socket->close(ignored);
+    --slot.open;
+  }
+  return std::nullopt;
+}
+
 asio::awaitable<AcquireResult> UpstreamPool::acquire(const PoolRuntime& pool, size_t endpoint,
                                                      SteadyClock::time_point deadline) {
   Slot& slot = slot_for(pool, endpoint);
   for (;;) {
-    while (!slot.idle.empty()) {
-      auto idle = std::move(slot.idle.back());
-      slot.idle.pop_back();
-      // A connection idle for a moment is checked with a non-blocking peek (one syscall); one
-      // returned just now is taken as is: if the server closed it anyway, the request is retried
-      // once on a fresh connection before any byte reached the client (proxy.cpp).
-      const auto idle_for = SteadyClock::now() - idle.since;
-      if (idle_for < slot.idle_timeout && (idle_for < kPeekAfter || still_open(*idle.socket))) {
-        AcquireResult r;
-        r.lease.slot_ = &slot;
-        r.lease.socket_ = std::move(idle.socket);
-        r.lease.reused_ = true;
-        co_return r;
-      }
-      boost::system::error_code ignored;
-      idle.socket->close(ignored);
-      --slot.open;
-    }
+    if (auto idle = take_idle(pool, endpoint)) co_return std::move(*idle);
     if (slot.open < slot.max_open) co_return co_await connect(slot, deadline);
     // At the limit: park until a lease comes back (the timer is cancelled) or the deadline passes.
     asio::steady_timer timer(executor_, deadline);

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <deque>
 #include <list>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,7 +87,14 @@ struct AcquireResult {
 class UpstreamPool {
  public:
   UpstreamPool(asio::any_io_executor executor, int workers);
-  // `endpoint` indexes the pool's endpoints.
+  // `endpoint` indexes the pool's endpoints. take_idle first (a plain call: the common case, a warm
+  // connection, allocates no coroutine frame), acquire when it gives none:
+  //   AcquireResult r;
+  //   if (auto idle = pool.take_idle(rt, i)) r = std::move(*idle);
+  //   else r = co_await pool.acquire(rt, i, deadline);
+  std::optional<AcquireResult> take_idle(const PoolRuntime& pool, size_t endpoint);
+  // An idle connection if there is one, else a new one (at the open limit: waits for a lease to come
+  // back, until `deadline`).
   asio::awaitable<AcquireResult> acquire(const PoolRuntime& pool, size_t endpoint, SteadyClock::time_point deadline);
   // True when acquire would start with an idle connection (it may still find it closed and connect).
   bool has_idle(const PoolRuntime& pool, size_t endpoint) { return !slot_for(pool, endpoint).idle.empty(); }

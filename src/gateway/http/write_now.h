@@ -8,7 +8,9 @@
 // on the socket's descriptor (the socket's own blocking mode is not touched); the caller awaits
 // write_rest (async_write) only for what the kernel did not take:
 //   const WriteNow w = write_now(socket, bufs);
-//   auto [ec, n] = w.complete() ? w.result() : co_await write_rest(socket, bufs, w); Asio has no "complete inline if possible" write,
+//   auto [ec, n] = w.result();
+//   if (!w.complete()) std::tie(ec, n) = co_await write_rest(socket, bufs, w);
+// (Not a conditional expression around the co_await: GCC 12 mishandles temporaries there.) Asio has no "complete inline if possible" write,
 // hence this small piece by hand.
 //
 // Same contract as async_write with as_tuple: {error, bytes written}; an error from sendmsg other than

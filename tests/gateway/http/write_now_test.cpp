@@ -32,7 +32,8 @@ struct Pair {
 template <size_t N>
 asio::awaitable<std::tuple<boost::system::error_code, size_t>> write_all(tcp::socket& s, std::array<asio::const_buffer, N> bufs) {
   const WriteNow w = write_now(s, bufs);
-  co_return w.complete() ? w.result() : co_await write_rest(s, bufs, w);
+  if (w.complete()) co_return w.result();
+  co_return co_await write_rest(s, bufs, w);
 }
 
 TEST(WriteNow, SmallWriteCompletesWithoutAwaiting) {
