@@ -10,8 +10,8 @@
 //   const WriteNow w = write_now(socket, bufs);
 //   auto [ec, n] = w.result();
 //   if (!w.complete()) std::tie(ec, n) = co_await write_rest(socket, bufs, w);
-// (Not a conditional expression around the co_await: GCC 12 mishandles temporaries there.) Asio has no "complete inline if possible" write,
-// hence this small piece by hand.
+// (Not a conditional expression around the co_await: GCC 12 mishandles temporaries there.)
+// Asio has no "complete inline if possible" write, hence this small piece by hand.
 //
 // Same contract as async_write with as_tuple: {error, bytes written}; an error from sendmsg other than
 // EAGAIN / EINTR is returned as that errno (EPIPE, ECONNRESET, EBADF once the socket was closed).
