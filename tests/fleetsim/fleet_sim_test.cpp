@@ -199,11 +199,17 @@ TEST(FleetSim, BadConfigIsAnError) {
 namespace sluice::fleetsim {
 namespace {
 
-TEST(FleetSim, FairQueueProtectsQuietTenants) {
+// The noisy-neighbour mix at 120 req/s on 4 replicas capped at 4 in flight: a gateway queue forms.
+FleetConfig saturated_tenants() {
   auto c = small_fleet("least_request", 120);
   c.workload = "tenants,tenants=4,factor=10,input=300,output=50";
-  c.max_in_flight_per_endpoint = 4;  // a gateway queue forms: 120 req/s beyond 16 in flight
+  c.max_in_flight_per_endpoint = 4;
   c.limits.max_requests = 1500;
+  return c;
+}
+
+TEST(FleetSim, FairQueueProtectsQuietTenants) {
+  auto c = saturated_tenants();
   auto fifo = run_ok(c);
   c.fair_queue = true;
   auto fair = run_ok(c);
@@ -216,48 +222,30 @@ TEST(FleetSim, FairQueueProtectsQuietTenants) {
 }
 
 // The queue-time budget (--queue-ttl-ms): past it a queued request leaves with 503 instead of waiting
-// on; no request that did get an endpoint waited longer than the budget.
+// on; no request that did get an endpoint waited longer than the budget. With the fair queue, and
+// without tenants: the live gateway's implicit gate is the same AdmissionQueue (fleetsim's own FIFO
+// before it waited without limit, where the live gateway answers 503 queue_timeout after 30 s).
 TEST(FleetSim, QueueTimeBudgetShedsWhatWaitsTooLong) {
-  auto c = small_fleet("least_request", 120);
-  c.workload = "tenants,tenants=4,factor=10,input=300,output=50";
-  c.max_in_flight_per_endpoint = 4;
-  c.limits.max_requests = 1500;
-  c.fair_queue = true;
-  auto patient = run_ok(c);  // the default budget, 30 s
-  c.queue_ttl = std::chrono::milliseconds(200);
-  auto shed = run_ok(c);
-  EXPECT_EQ(patient.figures.by_status[503], 0u);
-  EXPECT_GT(patient.figures.queue.max, 0.5);
-  EXPECT_GT(shed.figures.by_status[503], 0u);
-  EXPECT_LE(shed.figures.queue.max, 0.2 + 1e-9);
-  EXPECT_LT(shed.figures.ttft.p90, patient.figures.ttft.p90);
-}
-
-// Without tenants the gateway queue is the live gateway's implicit gate, the same AdmissionQueue:
-// the queue-time budget holds there too (the FIFO fleetsim had before waited without limit, while
-// the live gateway answers 503 queue_timeout after 30 s).
-TEST(FleetSim, TheImplicitGateHasTheQueueTimeBudget) {
-  auto c = small_fleet("least_request", 120);
-  c.workload = "tenants,tenants=4,factor=10,input=300,output=50";
-  c.max_in_flight_per_endpoint = 4;
-  c.limits.max_requests = 1500;
-  auto patient = run_ok(c);
-  c.queue_ttl = std::chrono::milliseconds(200);
-  auto shed = run_ok(c);
-  EXPECT_EQ(patient.figures.by_status[503], 0u);
-  EXPECT_GT(patient.figures.queue.max, 0.5);
-  EXPECT_GT(shed.figures.by_status[503], 0u);
-  EXPECT_LE(shed.figures.queue.max, 0.2 + 1e-9);
-  EXPECT_EQ(shed.figures.ok + shed.figures.by_status[503], 1500u);
+  for (const bool fair : {true, false}) {
+    auto c = saturated_tenants();
+    c.fair_queue = fair;
+    const char* gate = fair ? "fair queue" : "implicit gate";
+    auto patient = run_ok(c);  // the default budget, 30 s
+    c.queue_ttl = std::chrono::milliseconds(200);
+    auto shed = run_ok(c);
+    EXPECT_EQ(patient.figures.by_status[503], 0u) << gate;
+    EXPECT_GT(patient.figures.queue.max, 0.5) << gate;
+    EXPECT_GT(shed.figures.by_status[503], 0u) << gate;
+    EXPECT_LE(shed.figures.queue.max, 0.2 + 1e-9) << gate;
+    EXPECT_LT(shed.figures.ttft.p90, patient.figures.ttft.p90) << gate;
+    EXPECT_EQ(shed.figures.ok + shed.figures.by_status[503], 1500u) << gate;
+  }
 }
 
 // Each gateway replica has its own admission queue (as live replicas do): the fair queue runs with
 // several, and keeps protecting the quiet tenants on each.
 TEST(FleetSim, EveryGatewayReplicaHasItsOwnFairQueue) {
-  auto c = small_fleet("least_request", 120);
-  c.workload = "tenants,tenants=4,factor=10,input=300,output=50";
-  c.max_in_flight_per_endpoint = 4;
-  c.limits.max_requests = 1500;
+  auto c = saturated_tenants();
   c.gateways = 2;
   auto fifo = run_ok(c);
   c.fair_queue = true;
