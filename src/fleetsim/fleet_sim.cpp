@@ -63,6 +63,7 @@ struct Queued {
   WorkloadRequest req;
   uint64_t id;
   Time sent;
+  std::string text;  // at a gateway: req.rendered(), rendered once when it was queued
 };
 
 // A gateway's admission queue and dispatcher: the live gateway's objects (core/admission), not a
@@ -280,7 +281,7 @@ class Simulation {
     if (tries >= cfg_.client_retries) return false;
     ++tries;
     ++client_retries_;
-    retrying_.emplace(id, Queued{std::move(req), id, sent});
+    retrying_.emplace(id, Queued{std::move(req), id, sent, {}});
     push(now_ + wait, EventKind::retry, static_cast<size_t>(id));
     return true;
   }
@@ -291,14 +292,14 @@ class Simulation {
     const size_t g = next_gateway_;  // round robin, as the load balancer in front of the gateways
     next_gateway_ = (next_gateway_ + 1) % gateways_.size();
     Gate* gate = gateways_[g].gate.get();
+    std::string text = req.rendered();
     if (!gate) {
-      dispatch(g, std::move(req), id, sent);
+      dispatch(g, std::move(req), std::move(text), id, sent);
       return;
     }
     // As the live gateway: every request passes the admission queue; an arrival never overtakes a
     // queued request (it joins the queue and the queue moves, as the live dispatcher runs on every
     // admit, placing both at once when a scrape has shown room since the last completion).
-    const auto text = req.rendered();
     QueueRequest q;
     q.tenant = cfg_.fair_queue ? tenant_id(req.tenant) : 0;
     q.input_tokens = estimate_tokens(text);
@@ -316,7 +317,7 @@ class Simulation {
       return;
     }
     gate->dispatcher.on_queued(id, gateways_[g].router->config().name, q.tenant, q.weight, q.priority, now_);
-    gate->parked.emplace(id, Queued{std::move(req), id, sent});
+    gate->parked.emplace(id, Queued{std::move(req), id, sent, std::move(text)});
     drain();
   }
 
@@ -327,9 +328,9 @@ class Simulation {
     return cfg_.max_in_flight_per_endpoint > 0 && gateways_[g].router->saturated(now_);
   }
 
-  void dispatch(size_t g, WorkloadRequest req, uint64_t id, Time sent) {
+  // `text`: req.rendered().
+  void dispatch(size_t g, WorkloadRequest req, std::string text, uint64_t id, Time sent) {
     PoolRouter* router = gateways_[g].router.get();
-    const std::string text = req.rendered();
     PickRequest pick;
     pick.kind = req.kind;
     pick.model = req.adapter.empty() ? std::string_view(req.model) : std::string_view("llama");
@@ -532,7 +533,7 @@ class Simulation {
         if (it == gate->parked.end()) return;
         auto q = std::move(it->second);
         gate->parked.erase(it);
-        dispatch(g, std::move(q.req), q.id, q.sent);
+        dispatch(g, std::move(q.req), std::move(q.text), q.id, q.sent);
         gate->dispatcher.on_placed(p.cookie);
       });
     }
