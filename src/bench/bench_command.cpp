@@ -116,11 +116,10 @@ int run(const Flags& f_in) {
   }
   const WorkloadRun& plan = std::get<0>(spec);
   workload::ArrivalSpec arr = plan.arrivals;
-  const bool closed = plan.closed_loop();
 
   std::vector<workload::Figures> rows;
   std::string json_lines, description;
-  for (double rate : plan.rates(f.w)) {
+  for (double rate : sweep_rates(f.w, arr)) {
     arr.rate = rate;
     auto wl = workload::make_workload(f.w.workload, arr, plan.limits, f.w.seed);
     if (auto* e = std::get_if<std::string>(&wl)) {
@@ -133,8 +132,7 @@ int run(const Flags& f_in) {
     auto result = bench::run_load(w, opt);
     const auto after = read_counters(f.metrics_urls);
     auto fig = workload::summarize(result.records, plan.slo);
-    const std::string rate_label = closed ? fmt::format("c{}", arr.concurrency) : fmt::format("{:g}", rate);
-    fig.labels = {{"target", f.label}, {"rate", rate_label}};
+    fig.labels = {{"target", f.label}, {"rate", rate_label(arr)}};
     if (!f.metrics_urls.empty() && after.read == f.metrics_urls.size() && before.read == after.read &&
         after.queries > before.queries)
       fig.prefix_hit_rate = (after.hits - before.hits) / (after.queries - before.queries);
@@ -150,7 +148,7 @@ int run(const Flags& f_in) {
                  lag_dropped);
     std::string line = "{\"label\":" + json_string(f.label) + ",\"url\":" + json_string(f.url) +
                        ",\"workload\":" + json_string(description) + ",\"arrivals\":" + json_string(arr.describe()) +
-                       fmt::format(",\"offered_rate\":{},\"seed\":{},\"time_scale\":{},\"wall_s\":{:.3f},", closed ? 0.0 : rate,
+                       fmt::format(",\"offered_rate\":{},\"seed\":{},\"time_scale\":{},\"wall_s\":{:.3f},", rate,
                                    f.w.seed, f.time_scale, result.wall_seconds) +
                        (f.metrics_urls.empty() ? std::string()
                                                : fmt::format("\"sim_lag_dropped_s\":{:.3f},", lag_dropped)) +

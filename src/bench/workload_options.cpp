@@ -1,6 +1,7 @@
 #include "bench/workload_options.h"
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "core/time.h"
 
@@ -19,6 +20,15 @@ void add_workload_options(CLI::App& cmd, WorkloadOptions& o, const WorkloadOptio
   cmd.add_option("--seed", o.seed, help.seed)->capture_default_str();
   cmd.add_option("--slo-ttft-ms", o.slo_ttft_ms, "Goodput SLO on TTFT")->capture_default_str();
   cmd.add_option("--slo-itl-ms", o.slo_itl_ms, "Goodput SLO on inter-token latency")->capture_default_str();
+}
+
+std::vector<double> sweep_rates(const WorkloadOptions& o, const workload::ArrivalSpec& arrivals) {
+  return arrivals.kind == workload::ArrivalKind::concurrency ? std::vector<double>{0} : o.rates;
+}
+
+std::string rate_label(const workload::ArrivalSpec& arrivals) {
+  return arrivals.kind == workload::ArrivalKind::concurrency ? fmt::format("c{}", arrivals.concurrency)
+                                                             : fmt::format("{:g}", arrivals.rate);
 }
 
 std::variant<WorkloadRun, std::string> workload_run(const WorkloadOptions& o) {

@@ -40,10 +40,12 @@ struct WorkloadRun {
   workload::ArrivalSpec arrivals;
   workload::WorkloadLimits limits;
   workload::SloSpec slo;
-  bool closed_loop() const { return arrivals.kind == workload::ArrivalKind::concurrency; }
-  // The offered rates of the sweep: {0} for a closed loop.
-  std::vector<double> rates(const WorkloadOptions& o) const { return closed_loop() ? std::vector<double>{0} : o.rates; }
 };
+
+// The offered rates of the sweep: {0} (one run) for a closed loop.
+std::vector<double> sweep_rates(const WorkloadOptions& o, const workload::ArrivalSpec& arrivals);
+// A run's rate in the figures' labels: the offered rate, or c<concurrency> for a closed loop.
+std::string rate_label(const workload::ArrivalSpec& arrivals);
 
 // The options read into a run, or the error message of a bad one.
 std::variant<WorkloadRun, std::string> workload_run(const WorkloadOptions& o);

@@ -106,8 +106,7 @@ int run(const Flags& f) {
     return 2;
   }
   std::vector<fleetsim::FleetConfig> runs;
-  const bool closed = std::get<0>(base).arrivals.kind == workload::ArrivalKind::concurrency;
-  for (const auto& rate : closed ? std::vector<double>{0} : f.w.rates)
+  for (const auto& rate : sweep_rates(f.w, std::get<0>(base).arrivals))
     for (const auto& p : f.policies)
       for (const auto& idx : f.index)
         for (const size_t g : f.gateways) {
@@ -137,8 +136,7 @@ int run(const Flags& f) {
       auto& res = std::get<0>(r);
       res.figures.labels = {{"policy", runs[i].policy},
                             {"replicas", std::to_string(runs[i].replicas)},
-                            {"rate", closed ? fmt::format("c{}", runs[i].arrivals.concurrency)
-                                            : fmt::format("{:g}", runs[i].arrivals.rate)}};
+                            {"rate", rate_label(runs[i].arrivals)}};
       if (multi) {
         res.figures.labels.emplace_back("gateways", std::to_string(runs[i].gateways));
         res.figures.labels.emplace_back("index", index_label(runs[i]));

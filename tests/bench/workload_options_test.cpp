@@ -32,15 +32,19 @@ TEST(WorkloadOptions, ReadIntoOneRun) {
   EXPECT_EQ(*run.limits.max_duration, std::chrono::seconds(12));
   EXPECT_EQ(run.slo.ttft, std::chrono::milliseconds(500));
   EXPECT_EQ(run.slo.itl, std::chrono::milliseconds(40));
-  EXPECT_EQ(run.rates(o), (std::vector<double>{2, 4}));
+  EXPECT_EQ(sweep_rates(o, run.arrivals), (std::vector<double>{2, 4}));
+  auto at = run.arrivals;
+  at.rate = 2.5;
+  EXPECT_EQ(rate_label(at), "2.5");
 }
 
 TEST(WorkloadOptions, AClosedLoopRunsOnceWhateverTheRates) {
   const auto o = parse({"--arrival", "concurrency", "--concurrency", "5", "--rates", "2,4"});
   const auto run = std::get<WorkloadRun>(workload_run(o));
-  EXPECT_TRUE(run.closed_loop());
+  EXPECT_EQ(run.arrivals.kind, workload::ArrivalKind::concurrency);
   EXPECT_EQ(run.arrivals.concurrency, 5);
-  EXPECT_EQ(run.rates(o), (std::vector<double>{0}));
+  EXPECT_EQ(sweep_rates(o, run.arrivals), (std::vector<double>{0}));
+  EXPECT_EQ(rate_label(run.arrivals), "c5");
 }
 
 TEST(WorkloadOptions, ABadArrivalIsAnError) {
