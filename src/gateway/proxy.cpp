@@ -87,7 +87,7 @@ class RequestLife {
   RequestLife(const RequestContext& ctx, ApiKind kind, DownstreamRequest& req, bool keep_alive)
       : gw_(ctx.gateway), upstreams_(ctx.upstreams), down_(ctx.downstream), gen_(gw_.current()),
         tmo_(gen_->config->timeouts), kind_(kind), req_(req), keep_alive_(keep_alive), client_(ctx.client),
-        start_(SteadyClock::now()),
+        start_(ctx.read_at == SteadyClock::time_point{} ? SteadyClock::now() : ctx.read_at),
         total_deadline_(start_ + tmo_.total) {
     if (ctx.read_body.count() > 0) gw_.metrics().overhead(OverheadPhase::read_body).observe(to_seconds(ctx.read_body));
   }
@@ -102,7 +102,9 @@ class RequestLife {
   std::string upstream_head() const;
   asio::awaitable<void> relay_buffered();
   asio::awaitable<void> relay_stream();
-  asio::awaitable<bool> write_client(std::string_view a, std::string_view b = {}, std::string_view c = {});
+  // now: the time already read, if any (the write's deadline counts from it).
+  asio::awaitable<bool> write_client(std::string_view a, std::string_view b = {}, std::string_view c = {},
+                                     SteadyClock::time_point now = {});
   asio::awaitable<bool> reject(const ApiError& e, Reason reason, const ResponseHeaders& extra = {});
   // Failures are recorded, then answered once at the top level (respond_failure): an error
   // response before any byte was sent, or an error event that ends a started stream.
@@ -117,7 +119,7 @@ class RequestLife {
   void fail(Outcome o, ApiError e, Reason reason);
   void fail_upstream(boost::system::error_code ec, bool mid_stream);
   // Passive outlier detection: the attempt on the current endpoint ended this way.
-  void report_attempt(AttemptResult r);
+  void report_attempt(AttemptResult r, std::optional<Time> at = std::nullopt);
   // A retry on candidate `next` is allowed: it exists, the per-request count and the pool budget allow
   // it, and one of the candidates from it on is below the in-flight cap.
   bool may_retry(size_t next, std::span<const Candidate> candidates);
@@ -147,6 +149,7 @@ class RequestLife {
   bool keep_alive_;
   std::string_view client_;
   SteadyClock::time_point start_, total_deadline_;
+  Time picked_at_{};  // the ranking's time (the first placement's)
   RequestRecord rec_;
   std::optional<RequestModel> model_;
   const ModelRoute* route_ = nullptr;
@@ -236,7 +239,7 @@ asio::awaitable<bool> RequestLife::run() {
                                    [this] { return down_.gone(); }};
   if (auto now = admission.try_admit(admit_request)) admitted = std::move(*now);
   else co_await down_.watching([&]() -> asio::awaitable<void> { admitted = co_await admission.admit(admit_request); }());
-  observe(OverheadPhase::admit, phase);  // includes the queue wait (sluice_queue_time_seconds alone)
+  phase = observe(OverheadPhase::admit, phase);  // includes the queue wait (sluice_queue_time_seconds alone); the pick's start
   rec_.queue_time = admitted.queued;
   if (enforcing_) rec_.priority = admitted.priority;
   if (admitted.client_left || (!admitted.denial && down_.gone())) {
@@ -260,10 +263,10 @@ asio::awaitable<bool> RequestLife::run() {
       finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
       co_return false;
     }
+    phase = SteadyClock::now();  // the pick starts after the engine's render
   }
 
   // ---- pick: every healthy endpoint, best first ----
-  phase = SteadyClock::now();
   pick_ = make_pick_request(kind_, *route_, *model_);
   if (token_ids_) {
     pick_.token_ids = *token_ids_;
@@ -271,7 +274,7 @@ asio::awaitable<bool> RequestLife::run() {
     if (model_->num_inputs <= 1) pick_.input_tokens = static_cast<int64_t>(token_ids_->size());
   }
   health_ = &pool_->health;
-  const Time picked_at = gw_.at(phase);
+  const Time picked_at = picked_at_ = gw_.at(phase);
   health_->refresh(picked_at);
   auto candidates = router_->rank(pick_, picked_at);
   const auto pick_end = observe(OverheadPhase::pick, phase);
@@ -382,7 +385,8 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
   for (size_t i = 0; i < candidates.size();) {
     if (!guard_ || guard_.endpoint() != candidates[i].endpoint) {
       // The first candidate below the hard cap from i on (PoolRouter::place).
-      guard_ = router_->place(pick_, candidates, i, gw_.now());
+      // The first placement at the ranking's time (as in fleetsim); a retry's at its own.
+      guard_ = router_->place(pick_, candidates, i, rec_.attempts == 0 ? picked_at_ : gw_.now());
       const auto& cand = candidates[i];
       ++rec_.attempts;  // attempts made (a candidate skipped at the cap is not one)
       rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
@@ -449,7 +453,7 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, std::span<const Candidat
   if (!upstreams_.has_idle(*pool_, guard_.endpoint())) down_.watch_now();
   // (No co_await inside a conditional expression: GCC 12 destroys the other branch's temporaries.)
   AcquireResult acquired;
-  if (auto idle = upstreams_.take_idle(*pool_, guard_.endpoint())) acquired = std::move(*idle);
+  if (auto idle = upstreams_.take_idle(*pool_, guard_.endpoint(), phase)) acquired = std::move(*idle);
   else acquired = co_await upstreams_.acquire(*pool_, guard_.endpoint(), std::min(phase + tmo_.connect, total_deadline_));
   phase = observe(OverheadPhase::connect, phase);  // and the exchange's start
   if (down_.gone()) {
@@ -469,12 +473,12 @@ asio::awaitable<Attempt> RequestLife::attempt(size_t i, std::span<const Candidat
   }
   up_.reset();
   up_.emplace(std::move(acquired.lease), down_, ExchangeDeadlines{tmo_.first_byte, tmo_.idle_gap, total_deadline_});
-  const auto ec = co_await up_->send(upstream_head(), body_);
+  const auto ec = co_await up_->send(upstream_head(), body_, phase);
   if (!ec) {
     // The request written (the engine took its last byte), then the engine's own time to its head.
-    observe(OverheadPhase::first_upstream_byte, observe(OverheadPhase::send_request, phase, up_->sent_at()));
+    const auto head_at = observe(OverheadPhase::first_upstream_byte, observe(OverheadPhase::send_request, phase, up_->sent_at()));
     rec_.status = up_->status();
-    report_attempt(attempt_result_of_status(rec_.status));
+    report_attempt(attempt_result_of_status(rec_.status), gw_.at(head_at));
     if (rec_.status != 502 && rec_.status != 503) co_return Attempt{Attempt::Next::relay};
     const auto wait = parse_retry_after(up_->response().value("retry-after-ms"), up_->response().value(http::field::retry_after));
     if ((wait && *wait > router_->config().retry.max_retry_after) || !may_retry(i + 1, candidates))
@@ -527,8 +531,8 @@ bool RequestLife::may_retry(size_t next, std::span<const Candidate> candidates) 
   return true;
 }
 
-void RequestLife::report_attempt(AttemptResult r) {
-  if (health_ && guard_) health_->on_attempt(guard_.endpoint(), r, gw_.now());
+void RequestLife::report_attempt(AttemptResult r, std::optional<Time> at) {
+  if (health_ && guard_) health_->on_attempt(guard_.endpoint(), r, at ? *at : gw_.now());
 }
 
 std::string RequestLife::upstream_head() const {
@@ -562,8 +566,9 @@ std::string RequestLife::upstream_head() const {
   return head;
 }
 
-asio::awaitable<bool> RequestLife::write_client(std::string_view a, std::string_view b, std::string_view c) {
-  const auto at = SteadyClock::now() + tmo_.idle_gap;
+asio::awaitable<bool> RequestLife::write_client(std::string_view a, std::string_view b, std::string_view c,
+                                                SteadyClock::time_point now) {
+  const auto at = (now == SteadyClock::time_point{} ? SteadyClock::now() : now) + tmo_.idle_gap;
   if (total_deadline_ < at) down_.deadline(total_deadline_, Phase::total);
   else down_.deadline(at, Phase::client_write);
   co_return co_await down_.write(a, b, c);
@@ -629,12 +634,13 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   if (response_rewriter_ && response_rewriter_->append(body, rewritten)) out = rewritten;
   if (auto u = find_usage(body)) take_usage(*u);
   if (kind_ == ApiKind::response && status == 200) learn_response(body);
-  guard_.on_first_token(gw_.now());
+  const auto now = SteadyClock::now();
+  guard_.on_first_token(gw_.at(now));
   if (rec_.completion_tokens > 0) {
     guard_.on_tokens(rec_.completion_tokens);
     ticket_->on_output(rec_.completion_tokens);
   }
-  if (!co_await write_client(response_head_from_upstream(false, out.size()), out)) {
+  if (!co_await write_client(response_head_from_upstream(false, out.size()), out, {}, now)) {
     finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
     co_return;
   }

@@ -248,8 +248,8 @@ asio::awaitable<void> Session::run() {
   auto begin_idle = [&] {
     idle_ = true;
     keep_alive_idle_ = !first;
-    idle_since_ = std::chrono::steady_clock::now();
-    watchdog_.arm(first ? limits.header_timeout : limits.idle_timeout, Phase::idle);
+    idle_since_ = SteadyClock::now();  // one clock read for both
+    watchdog_.arm_at(idle_since_ + (first ? limits.header_timeout : limits.idle_timeout), Phase::idle);
   };
 
   for (;;) {
@@ -322,7 +322,8 @@ asio::awaitable<void> Session::run() {
                                      "invalid_request_error", {}, "request_too_large"), Reason::body_too_large, no_extra);
       break;
     }
-    if (!parser.is_done()) {
+    const bool body_read_after_head = !parser.is_done();
+    if (body_read_after_head) {
       auto expect = req[http::field::expect];
       if (expect.size() == 12 && boost::beast::iequals(expect, "100-continue"))
         co_await write("HTTP/1.1 100 Continue\r\n\r\n");
@@ -385,7 +386,8 @@ asio::awaitable<void> Session::run() {
       }
     }
     watchdog_.disarm();
-    request_read_at_ = SteadyClock::now();
+    // A body that came with the head (a small request) was read when the head was: no second clock read.
+    request_read_at_ = body_read_after_head ? SteadyClock::now() : head_done;
     check_half_close_ = served_ == 0;  // start_watch looks for a FIN right behind a connection's first request
     ++served_;
     const Duration body_read = request_read_at_ - head_done;
@@ -407,8 +409,9 @@ asio::awaitable<void> Session::run() {
     else if (path == "/v1/score" || path == "/score") kind = ApiKind::score;
     const bool head = method == http::verb::head;
 
-    // The API listener's own answers pass the one completion path too (access log + metrics).
-    const auto started = SteadyClock::now();
+    // The API listener's own answers pass the one completion path too (access log + metrics),
+    // timed from the request's read.
+    const auto started = request_read_at_;
     auto answer = [&](std::string response, int status, Reason reason,
                       const Tenant* tenant = nullptr) -> asio::awaitable<void> {
       // HEAD: the head alone (its Content-Length still that of the body a GET would get).
@@ -457,7 +460,7 @@ asio::awaitable<void> Session::run() {
       if (method != http::verb::post) {
         co_await answer(not_allowed("POST", allow_post), 405, Reason::method_not_allowed);
       } else {
-        const RequestContext ctx{gw, upstream_pool(), *this, body_read, peer_};
+        const RequestContext ctx{gw, upstream_pool(), *this, body_read, request_read_at_, peer_};
         keep_alive = co_await proxy_request(ctx, *kind, req, keep_alive);
       }
     } else if (path.starts_with("/v1/models/") && path.size() > 11) {

@@ -51,8 +51,9 @@ UpstreamExchange::~UpstreamExchange() {
   }
 }
 
-asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_view head, std::string_view body) {
-  const auto first = SteadyClock::now() + deadlines_.first_byte;
+asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_view head, std::string_view body,
+                                                                  SteadyClock::time_point start) {
+  const auto first = start + deadlines_.first_byte;
   if (deadlines_.total < first) down_.deadline(deadlines_.total, Phase::total);
   else down_.deadline(first, Phase::first_byte);
   // The request goes out after the worker has run the handlers already ready in this turn of its

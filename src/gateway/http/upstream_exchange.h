@@ -42,7 +42,9 @@ class UpstreamExchange {
   UpstreamExchange& operator=(const UpstreamExchange&) = delete;
 
   // Writes the request and reads the final response head. An error: nothing usable arrived.
-  boost::asio::awaitable<boost::system::error_code> send(std::string_view head, std::string_view body);
+  // start: the exchange's start (the first-byte deadline counts from it), when the caller has read the clock.
+  boost::asio::awaitable<boost::system::error_code> send(std::string_view head, std::string_view body,
+                                                        SteadyClock::time_point start = SteadyClock::now());
   const UpstreamResponse& response() const { return *parser_; }
   int status() const { return parser_->status(); }
   std::optional<uint64_t> content_length() const {

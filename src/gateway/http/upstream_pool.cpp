@@ -83,7 +83,7 @@ bool still_open(tcp::socket& s) {
 }
 }  // namespace
 
-std::optional<AcquireResult> UpstreamPool::take_idle(const PoolRuntime& pool, size_t endpoint) {
+std::optional<AcquireResult> UpstreamPool::take_idle(const PoolRuntime& pool, size_t endpoint, SteadyClock::time_point now) {
   Slot& slot = slot_for(pool, endpoint);
   while (!slot.idle.empty()) {
     auto idle = std::move(slot.idle.back());
@@ -91,7 +91,7 @@ std::optional<AcquireResult> UpstreamPool::take_idle(const PoolRuntime& pool, si
     // A connection idle for a moment is checked with a non-blocking peek (one syscall); one
     // returned just now is taken as is: if the server closed it anyway, the request is retried
     // once on a fresh connection before any byte reached the client (proxy.cpp).
-    const auto idle_for = SteadyClock::now() - idle.since;
+    const auto idle_for = now - idle.since;
     if (idle_for < slot.idle_timeout && (idle_for < kPeekAfter || still_open(*idle.socket))) {
       AcquireResult r;
       r.lease.slot_ = &slot;

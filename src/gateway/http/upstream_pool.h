@@ -92,7 +92,8 @@ class UpstreamPool {
   //   AcquireResult r;
   //   if (auto idle = pool.take_idle(rt, i)) r = std::move(*idle);
   //   else r = co_await pool.acquire(rt, i, deadline);
-  std::optional<AcquireResult> take_idle(const PoolRuntime& pool, size_t endpoint);
+  // now: the caller's clock reading, if it has one (the idle time is measured to it).
+  std::optional<AcquireResult> take_idle(const PoolRuntime& pool, size_t endpoint, SteadyClock::time_point now = SteadyClock::now());
   // An idle connection if there is one, else a new one (at the open limit: waits for a lease to come
   // back, until `deadline`).
   asio::awaitable<AcquireResult> acquire(const PoolRuntime& pool, size_t endpoint, SteadyClock::time_point deadline);
