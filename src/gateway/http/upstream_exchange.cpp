@@ -2,7 +2,11 @@
 #include "gateway/http/put_buffered.h"
 #include "gateway/http/write_now.h"
 
+#include <sys/socket.h>
+
 #include <array>
+#include <cerrno>
+#include <tuple>
 #include <vector>
 
 #include <boost/asio/as_tuple.hpp>
@@ -80,11 +84,27 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   // Beast reads max(512, capacity - size) bytes at a time: give it room for whole relay chunks,
   // or a fast stream arrives in ~1 KB reads (one parse, one client write each).
   buffer_.reserve(kReadBuffer);
+  // What the engine has answered by now is read with one recv (MSG_DONTWAIT) and parsed here. Beast's
+  // async read would read it at once too, but its completion, like every Asio operation that finishes
+  // in its initiating call, is posted: one more scheduler turn (its queue, a zero-timeout
+  // epoll_wait) per request, the third of a small request's (strace). Nothing here yet, or EOF: the
+  // async read below waits (and finds the same EOF). Asio has no "complete inline if possible" read;
+  // this is write_now's counterpart.
+  {
+    const auto room = buffer_.prepare(kReadBuffer);
+    const ssize_t got = ::recv(lease_.socket().native_handle(), room.data(), room.size(), MSG_DONTWAIT);
+    if (got > 0) buffer_.commit(static_cast<size_t>(got));
+    else if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      co_return boost::system::error_code(errno, boost::system::system_category());
+  }
   for (int interim = 0;; ++interim) {
     parser_.emplace();
     parser_->header_limit(kMaxResponseHead);
     parser_->body_limit(boost::none);
-    auto [ec, n] = co_await http::async_read_header(lease_.socket(), buffer_, *parser_, use_tuple);
+    // The head from the bytes already read (the whole of a small answer, usually); the async read
+    // brings what is missing.
+    boost::system::error_code ec = put_buffered(*parser_, buffer_, false);
+    if (!ec && !parser_->is_header_done()) std::tie(ec, std::ignore) = co_await http::async_read_header(lease_.socket(), buffer_, *parser_, use_tuple);
     if (ec) co_return ec;
     head_read_ = true;
     const int status = parser_->status();
