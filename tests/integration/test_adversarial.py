@@ -249,6 +249,25 @@ class Framing(unittest.TestCase):
         raw, _ = exchange(self.gw.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 100000000\r\n\r\n")
         self.assertEqual(statuses(raw), [413], raw[:200])
 
+    def test_expect_100_continue_answered_only_while_the_body_is_awaited(self):
+        # The body held back: 100 Continue, then the answer once it comes.
+        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
+        try:
+            s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                      f"Content-Length: {len(BODY)}\r\nConnection: close\r\n\r\n".encode())
+            s.settimeout(3)
+            interim = s.recv(4096)
+            self.assertTrue(interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim[:100])
+            s.sendall(BODY)
+            raw, _ = recv_all(s, 3)
+            self.assertEqual(statuses(interim[25:] + raw), [200], raw[:300])
+        finally:
+            s.close()
+        # The body sent with the head (allowed, RFC 9110 10.1.1): nothing to continue, the answer alone.
+        raw, _ = exchange(self.gw.port, self.post_with("Host: x\r\nExpect: 100-continue\r\n"
+                                                       f"Content-Length: {len(BODY)}\r\nConnection: close\r\n"))
+        self.assertEqual(statuses(raw), [200], raw[:300])
+
     def test_content_length_zero_post(self):
         raw, _ = exchange(self.gw.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         self.assertEqual(statuses(raw), [400])

@@ -322,12 +322,8 @@ asio::awaitable<void> Session::run() {
                                      "invalid_request_error", {}, "request_too_large"), Reason::body_too_large, no_extra);
       break;
     }
-    const bool body_read_after_head = !parser.is_done();
-    if (body_read_after_head) {
-      auto expect = req[http::field::expect];
-      if (expect.size() == 12 && boost::beast::iequals(expect, "100-continue"))
-        co_await write("HTTP/1.1 100 Continue\r\n\r\n");
-      watchdog_.arm(limits.header_timeout, Phase::body);
+    bool body_waited = false;  // the body was not all here with the head: it was read (and waited for)
+    if (!parser.is_done()) {
       // Read piece by piece, charging the gateway-wide body budget as the bytes arrive.
       boost::system::error_code bec;
       bool over_budget = false;
@@ -335,6 +331,15 @@ asio::awaitable<void> Session::run() {
       while (!parser.is_done()) {
         boost::system::error_code ec = put_buffered(parser, buffer_, true);
         if (!ec && !parser.is_done()) {
+          if (!body_waited) {
+            // More is to come: a 100 Continue if the client waits for one (RFC 9110 15.2.1: not
+            // needed for a body already here, the small request's case), then the body's deadline.
+            body_waited = true;
+            auto expect = req[http::field::expect];
+            if (expect.size() == 12 && boost::beast::iequals(expect, "100-continue"))
+              co_await write("HTTP/1.1 100 Continue\r\n\r\n");
+            watchdog_.arm(limits.header_timeout, Phase::body);
+          }
           if (const auto length = parser.content_length(); length && buffer_.size() == 0) {
             // A Content-Length body: read from the socket straight into the body's buffer, grown
             // (not written, charged) at most kBodyReadAhead past the bytes put, instead of through
@@ -387,7 +392,7 @@ asio::awaitable<void> Session::run() {
     }
     watchdog_.disarm();
     // A body that came with the head (a small request) was read when the head was: no second clock read.
-    request_read_at_ = body_read_after_head ? SteadyClock::now() : head_done;
+    request_read_at_ = body_waited ? SteadyClock::now() : head_done;
     check_half_close_ = served_ == 0;  // start_watch looks for a FIN right behind a connection's first request
     ++served_;
     const Duration body_read = request_read_at_ - head_done;
