@@ -6,14 +6,12 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 #include <gtest/gtest.h>
 
-#include "core/metrics/histogram.h"
-#include "gateway/generation.h"
+#include "loopback_pool.h"
 
 namespace sluice {
 namespace {
@@ -36,48 +34,17 @@ class StayingClient final : public Downstream {
   asio::cancellation_signal signal_;
 };
 
-struct Fixture {
-  asio::io_context io{1};
-  tcp::acceptor acceptor{io, tcp::endpoint(asio::ip::address_v4::loopback(), 0)};
-  BucketBounds bounds{0.001};
-  Histogram pick{&bounds};
-  std::unique_ptr<PoolRuntime> runtime;
-  UpstreamPool pool{io.get_executor(), 1};
+struct Fixture : testing::LoopbackPool {
   std::optional<tcp::socket> server;  // the engine's end of the connection
   bool server_accepted = false;
   StayingClient client;
-  Fixture() {
-    PoolConfig pc;
-    pc.name = "p";
-    pc.policy = "round_robin";
-    EndpointConfig e;
-    e.name = "e0";
-    e.address = Address{"127.0.0.1", acceptor.local_endpoint().port()};
-    pc.endpoints.push_back(e);
-    runtime = std::make_unique<PoolRuntime>(pc, 1, 1, PoolSeries{&pick});
-  }
-  // Runs the io_context until `done` (at most 5 s).
-  void run_until(const bool& done) {
-    const auto give_up = SteadyClock::now() + std::chrono::seconds(5);
-    while (!done && SteadyClock::now() < give_up) {
-      if (io.stopped()) io.restart();  // it stops whenever it runs out of work
-      io.run_one_for(std::chrono::milliseconds(100));
-    }
-  }
   UpstreamLease connect() {
-    AcquireResult r;
-    bool done = false;
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket s) {
       if (!ec) server.emplace(std::move(s));
       server_accepted = true;
     });
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-      r = co_await pool.acquire(*runtime, 0, SteadyClock::now() + std::chrono::seconds(2));
-      done = true;
-    }, asio::detached);
-    run_until(done);
-    const bool& accepted = server_accepted;
-    run_until(accepted);
+    AcquireResult r = acquire();
+    run_until(server_accepted);
     EXPECT_FALSE(r.error) << r.error.message();
     return std::move(r.lease);
   }
@@ -127,13 +94,17 @@ struct Fixture {
   std::string pre;  // bytes the engine has written before send() reads
 };
 
+void expect_answer(const Fixture::Result& r, int status, std::string_view body) {
+  ASSERT_FALSE(r.ec) << r.ec.message();
+  EXPECT_EQ(r.status, status);
+  EXPECT_EQ(r.body, body);
+}
+
 TEST(UpstreamExchange, AnAnswerAlreadyHereIsReadWhole) {
   Fixture f;
   f.pre = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
   const auto r = f.exchange();
-  ASSERT_FALSE(r.ec) << r.ec.message();
-  EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body, "{\"ok\":true}");
+  expect_answer(r, 200, "{\"ok\":true}");
   EXPECT_EQ(f.client.watches, 1);  // the client is watched from the send on
 }
 
@@ -141,26 +112,20 @@ TEST(UpstreamExchange, AHeadSplitAcrossSegmentsIsCompletedByTheAsyncRead) {
   Fixture f;
   f.pre = "HTTP/1.1 200 OK\r\nContent-Le";  // half a head now, the rest 50 ms later
   const auto r = f.exchange("ngth: 5\r\n\r\nhello");
-  ASSERT_FALSE(r.ec) << r.ec.message();
-  EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body, "hello");
+  expect_answer(r, 200, "hello");
 }
 
 TEST(UpstreamExchange, AnInterimHeadBeforeTheFinalOneIsDropped) {
   Fixture f;
   f.pre = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok";
   const auto r = f.exchange();
-  ASSERT_FALSE(r.ec) << r.ec.message();
-  EXPECT_EQ(r.status, 201);
-  EXPECT_EQ(r.body, "ok");
+  expect_answer(r, 201, "ok");
 }
 
 TEST(UpstreamExchange, AnAnswerThatArrivesLaterIsWaitedFor) {
   Fixture f;
   const auto r = f.exchange("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy");
-  ASSERT_FALSE(r.ec) << r.ec.message();
-  EXPECT_EQ(r.status, 503);
-  EXPECT_EQ(r.body, "busy");
+  expect_answer(r, 503, "busy");
 }
 
 TEST(UpstreamExchange, APeerThatClosedBeforeAnsweringIsAnErrorWithNothingReceived) {
@@ -172,13 +137,7 @@ TEST(UpstreamExchange, APeerThatClosedBeforeAnsweringIsAnErrorWithNothingReceive
       if (!ec) s.close();  // the engine closes at once (a kept-alive connection it had timed out)
       closed = true;
     });
-    bool done = false;
-    AcquireResult a;
-    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
-      a = co_await f.pool.acquire(*f.runtime, 0, SteadyClock::now() + std::chrono::seconds(2));
-      done = true;
-    }, asio::detached);
-    f.run_until(done);
+    AcquireResult a = f.acquire();
     f.run_until(closed);
     ASSERT_FALSE(a.error) << a.error.message();
     UpstreamExchange up(std::move(a.lease), f.client,

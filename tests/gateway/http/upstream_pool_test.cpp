@@ -2,53 +2,25 @@
 // connection without a coroutine; acquire connects when there is none.
 #include "gateway/http/upstream_pool.h"
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
+#include <vector>
+
 #include <gtest/gtest.h>
 
-#include "core/metrics/histogram.h"
-#include "gateway/generation.h"
+#include "loopback_pool.h"
 
 namespace sluice {
 namespace {
 
-struct Fixture {
-  asio::io_context io{1};
-  tcp::acceptor acceptor{io, tcp::endpoint(asio::ip::address_v4::loopback(), 0)};
-  BucketBounds bounds{0.001};
-  Histogram pick{&bounds};
-  std::unique_ptr<PoolRuntime> runtime;
-  UpstreamPool pool{io.get_executor(), 1};
+// The pool's endpoint accepts every connection (kept, so they stay open).
+struct Fixture : testing::LoopbackPool {
   std::vector<tcp::socket> accepted;
-  Fixture() {
-    PoolConfig pc;
-    pc.name = "p";
-    pc.policy = "round_robin";
-    EndpointConfig e;
-    e.name = "e0";
-    e.address = Address{"127.0.0.1", acceptor.local_endpoint().port()};
-    pc.endpoints.push_back(e);
-    runtime = std::make_unique<PoolRuntime>(pc, 1, 1, PoolSeries{&pick});
-    accept();
-  }
+  Fixture() { accept(); }
   void accept() {
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket s) {
       if (ec) return;
       accepted.push_back(std::move(s));
       accept();
     });
-  }
-  AcquireResult acquire() {
-    AcquireResult r;
-    bool done = false;
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-      r = co_await pool.acquire(*runtime, 0, SteadyClock::now() + std::chrono::seconds(2));
-      done = true;
-    }, asio::detached);
-    const auto give_up = SteadyClock::now() + std::chrono::seconds(5);
-    while (!done && SteadyClock::now() < give_up) io.run_one_for(std::chrono::milliseconds(100));
-    return r;
   }
 };
 
