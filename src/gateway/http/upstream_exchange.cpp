@@ -104,7 +104,8 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
     // The head from the bytes already read (the whole of a small answer, usually); the async read
     // brings what is missing.
     boost::system::error_code ec = put_buffered(*parser_, buffer_, false);
-    if (!ec && !parser_->is_header_done()) std::tie(ec, std::ignore) = co_await http::async_read_header(lease_.socket(), buffer_, *parser_, use_tuple);
+    if (!ec && !parser_->is_header_done())
+      std::tie(ec, std::ignore) = co_await http::async_read_header(lease_.socket(), buffer_, *parser_, use_tuple);
     if (ec) co_return ec;
     head_read_ = true;
     const int status = parser_->status();
