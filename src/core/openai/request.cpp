@@ -438,7 +438,11 @@ ParseResult parse_request(ApiKind kind, std::string_view body, const ParseLimits
       buffer = simdjson::padded_string(body.size());
     }
     std::memcpy(buffer.data(), body.data(), body.size());
-    padded = simdjson::padded_string_view(buffer.data(), body.size(), buffer.size() + simdjson::SIMDJSON_PADDING);
+    // The padding simdjson reads past the body is zeroed, as the gateway's own body buffer's is: a
+    // reused buffer's stale bytes there (an earlier body's closing braces) changed how a malformed
+    // body was read (request_fuzz; tests/core/openai/request_test.cpp).
+    std::memset(buffer.data() + body.size(), 0, simdjson::SIMDJSON_PADDING);
+    padded = simdjson::padded_string_view(buffer.data(), body.size(), body.size() + simdjson::SIMDJSON_PADDING);
   }
 
   RequestModel req;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -324,6 +326,38 @@ TEST(RequestParse, TruncateEchoCutsAtCharacterBoundary) {
   // "é" is two bytes (C3 A9): a cut inside it backs off to before it.
   EXPECT_EQ(truncate_echo("ab\xC3\xA9" "cd", 3), "ab...");
   EXPECT_EQ(truncate_echo("ab\xC3\xA9" "cd", 4), "ab\xC3\xA9" "...");
+}
+
+// The parse must not depend on earlier bodies: a body not padded by its caller is copied into a
+// reused buffer, and what lay past its end (an earlier body's bytes: closing braces) changed how
+// simdjson read a malformed body (found by request_fuzz: a body that parsed, rewritten, did not parse
+// again after a longer body). Each body is compared with its own parse from a fresh,
+// zero-padded copy.
+TEST(RequestParse, AResultDoesNotDependOnEarlierBodies) {
+  // request_fuzz's input (without its first byte, the API kind): a malformed body that parses.
+  std::ifstream file(std::string(SLUICE_TEST_DATA_DIR) + "/openai/malformed_rewritten_body.json", std::ios::binary);
+  const std::string input((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(input.size(), 620u);
+  const std::string braces(6000, '}');  // not JSON: only its bytes are left behind in the buffer
+  auto alone = [](std::string_view body) {
+    std::string padded(body);
+    padded.reserve(body.size() + kBodyPadding);
+    padded.append(kBodyPadding, '\0');
+    return parse_request(ApiKind::chat, std::string_view(padded.data(), body.size()), ParseLimits{}, true);
+  };
+  const auto first = alone(input);
+  ASSERT_TRUE(first.ok()) << first.error.message;
+  BodyRewrite rw;
+  rw.model = "rewritten/model";
+  rw.inject_max_tokens = 16;
+  rw.inject_include_usage = true;
+  const std::string out = rewrite_body(input, *first.request, rw);
+  const auto expected = alone(out);
+  (void)parse_request(ApiKind::chat, braces);  // leaves its bytes past the next body's end
+  const auto again = parse_request(ApiKind::chat, out);
+  EXPECT_EQ(again.ok(), expected.ok()) << again.error.message << " / " << expected.error.message;
+  EXPECT_EQ(again.error.message, expected.error.message);
+  if (again.ok() && expected.ok()) EXPECT_EQ(again.request->model, expected.request->model);
 }
 
 }  // namespace
