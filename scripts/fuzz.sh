@@ -23,8 +23,15 @@ for src in "$root"/fuzz/*_fuzz.cpp; do
   mkdir -p "$work"
   [ -d "$seeds" ] && cp -n "$seeds"/* "$work"/ 2>/dev/null || true
   echo "fuzz: $name for ${secs}s"
-  if ! (cd "$root/fuzz" && "$dir/$name" -max_total_time="$secs" -max_len=65536 -timeout=10 -print_final_stats=1 "$work" 2>&1 | tail -4); then
-    echo "fuzz: $name FAILED"; status=1
+  log="$dir/$name.log"
+  if (cd "$root/fuzz" && "$dir/$name" -max_total_time="$secs" -max_len=65536 -timeout=10 -print_final_stats=1 "$work" >"$log" 2>&1); then
+    tail -4 "$log"
+  else
+    # The failure's report (the sanitizer's or libFuzzer's: the check that failed, the stack, the
+    # input written as crash-*), which a CI log otherwise loses.
+    report='^==[0-9]+==|^SUMMARY|runtime error'
+    if grep -qE "$report" "$log"; then grep -E -A40 "$report" "$log" | head -80 || true; else tail -40 "$log"; fi
+    echo "fuzz: $name FAILED (full output: $log)"; status=1
   fi
 done
 exit $status
