@@ -87,7 +87,7 @@ class RequestLife {
   RequestLife(const RequestContext& ctx, ApiKind kind, DownstreamRequest& req, bool keep_alive)
       : gw_(ctx.gateway), upstreams_(ctx.upstreams), down_(ctx.downstream), gen_(gw_.current()),
         tmo_(gen_->config->timeouts), kind_(kind), req_(req), keep_alive_(keep_alive), client_(ctx.client),
-        start_(ctx.read_at == SteadyClock::time_point{} ? SteadyClock::now() : ctx.read_at),
+        start_(ctx.read_at),
         total_deadline_(start_ + tmo_.total) {
     if (ctx.read_body.count() > 0) gw_.metrics().overhead(OverheadPhase::read_body).observe(to_seconds(ctx.read_body));
   }
@@ -102,9 +102,9 @@ class RequestLife {
   std::string upstream_head() const;
   asio::awaitable<void> relay_buffered();
   asio::awaitable<void> relay_stream();
-  // now: the time already read, if any (the write's deadline counts from it).
+  // now: the caller's clock reading, if it has one (the write's deadline counts from it).
   asio::awaitable<bool> write_client(std::string_view a, std::string_view b = {}, std::string_view c = {},
-                                     SteadyClock::time_point now = {});
+                                     SteadyClock::time_point now = SteadyClock::now());
   asio::awaitable<bool> reject(const ApiError& e, Reason reason, const ResponseHeaders& extra = {});
   // Failures are recorded, then answered once at the top level (respond_failure): an error
   // response before any byte was sent, or an error event that ends a started stream.
@@ -568,7 +568,7 @@ std::string RequestLife::upstream_head() const {
 
 asio::awaitable<bool> RequestLife::write_client(std::string_view a, std::string_view b, std::string_view c,
                                                 SteadyClock::time_point now) {
-  const auto at = (now == SteadyClock::time_point{} ? SteadyClock::now() : now) + tmo_.idle_gap;
+  const auto at = now + tmo_.idle_gap;
   if (total_deadline_ < at) down_.deadline(total_deadline_, Phase::total);
   else down_.deadline(at, Phase::client_write);
   co_return co_await down_.write(a, b, c);

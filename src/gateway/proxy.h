@@ -32,7 +32,7 @@ struct RequestContext {
   UpstreamPool& upstreams;  // the worker's upstream connections
   Downstream& downstream;   // the client connection
   Duration read_body{0};    // how long reading the request body took (the overhead histogram)
-  std::chrono::steady_clock::time_point read_at{};  // when the request was read: its duration and total timeout start here
+  std::chrono::steady_clock::time_point read_at;  // when the request was read: its duration and total timeout start here
   std::string_view client;  // the client's address (host:port), for the access log
 };
 
