@@ -457,9 +457,11 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     in.kv_usage = est.kv_usage;
     in.capacity_tokens = est.capacity_tokens;
     in.adapter_ms = 0;
+    double adapter_load = 0;  // a load into a free slot: paid once, like a cold prefill (the copy credit)
     if (adapter) {
       const double a = adapter_locality_score(v, req.adapter);
       in.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
+      if (a < 1.0 && a >= 0.6) adapter_load = in.adapter_ms;
     }
     in.prefill_duty = duty;
     in.reuse = reuse;
@@ -521,13 +523,14 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
         SluiceInputs w = in;
         w.cached = warm_cached;
         const PrefillTerms t = prefill_terms(p, w, factors, batch);
-        e.premium = std::max(0.0, cost.ttft_ms + cost.prefill_imposed_ms - (t.ttft_ms + t.prefill_imposed_ms));
+        e.premium = std::max(0.0, cost.ttft_ms + cost.prefill_imposed_ms - (t.ttft_ms + t.prefill_imposed_ms)) + adapter_load;
         e.steady = e.total - (cost.ttft_ms + cost.prefill_imposed_ms + cost.kv_ms + cost.eviction_ms) +
-                   ttft_of(p, w, std::max(0.0, w.input - w.cached), 0.0, 0.0) + t.prefill_imposed_ms + t.kv_ms + t.eviction_ms;
+                   ttft_of(p, w, std::max(0.0, w.input - w.cached), 0.0, 0.0) + t.prefill_imposed_ms + t.kv_ms + t.eviction_ms -
+                   adapter_load;
         e.free = in.cache_free_tokens;
         e.copy_tokens = warm_cached - in.cached + in.output;
       } else {
-        e.steady = e.total - cost.ttft_ms + ttft_of(p, in, std::max(0.0, in.input - in.cached), 0.0, 0.0);
+        e.steady = e.total - cost.ttft_ms + ttft_of(p, in, std::max(0.0, in.input - in.cached), 0.0, 0.0) - adapter_load;
       }
     }
     if constexpr (kFull) {
@@ -568,7 +571,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       if (e.premium <= 0 || !std::isfinite(best_holder)) continue;
       const double saving = std::max(0.0, best_holder - e.steady);
       // lambda_p x the demand's horizon, 2 tau (header).
-      const double users = demand * kCopyHorizonMs;
+      const double seen = demand * PrefixDemand::kTauMs;
+      const double users = std::max(0.0, seen - std::sqrt(seen)) * (kCopyHorizonMs / PrefixDemand::kTauMs);
       // Only the part of the copy the prefix cache has free room for: what must evict displaces
       // prefixes whose own demand is not known here (the eviction term prices the current request's).
       const double fit = std::clamp(e.free / std::max(1.0, e.copy_tokens), 0.0, 1.0);

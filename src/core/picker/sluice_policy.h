@@ -137,22 +137,37 @@
 //             prefix (core/picker/prefix_demand.h: dispatches for it, decayed over 2 s), and for an
 //             endpoint that does not hold it: premium = (ttft_ms + prefill_imposed_ms) - the same had
 //             it held the d blocks (the cold prefill and its stall; its evictions and KV risk stay
-//             charged in full), steady = cost_ms with the prefill queued ahead removed (Q, Q2 = 0) had
-//             it held them, and saving = max(0, the lowest steady of the holders (cost_ms, Q and Q2
-//             removed) - steady). The prefill ahead is removed because it drains within steps (a
+//             charged in full), + adapter_ms when the request's adapter loads into a free slot there
+//             (a load is paid once too; a prefix's blocks are keyed by their adapter, so its later
+//             requests find it loaded), steady = cost_ms with the prefill queued ahead removed (Q,
+//             Q2 = 0) had it held them, and saving = max(0, the lowest steady of the holders (cost_ms,
+//             Q and Q2 removed) - steady); neither steady counts a load into a free slot (a holder
+//             that must load the adapter again pays it once as the copy does). Without the load in
+//             the premium, a popular adapter's prefix stayed on the one replica that ran it (LoRA mix
+//             at 8 replicas, 120 req/s: 1,460 of 4,000 requests on one replica, TTFT p90 1.19x
+//             cache_aware's; 0.85x with it; bench/results/README.md, round 31). The prefill ahead is
+//             removed because it drains within steps (a
 //             burst's leader still in prefill at the holder is not a load its followers will keep
 //             meeting); the batch (B, with the queued requests that will join it) and its KV read
 //             are what persist:
 //               copy_credit_ms = fit x min(premium, users x saving / (h + 1)),
-//               users = lambda_p x 2 tau,  fit = min(1, F / (C_d - C + O))
-//             (C_d: the d blocks' tokens; tau = PrefixDemand's 2 s)
+//               users = 2 x max(0, n - sqrt(n)),  n = lambda_p x tau,  fit = min(1, F / (C_d - C + O))
+//             (C_d: the d blocks' tokens; tau = PrefixDemand's 2 s; n: the requests the demand's
+//             decayed count holds)
 //             fit: only the part of the copy the endpoint's prefix cache has free room for earns
 //             credit; what must evict displaces prefixes whose own demand is not known here (under
 //             KV pressure copying popular prefixes filled the KV: kv_pressure, round 7).
 //             users: the requests for the prefix that the copy will serve, forecast as far ahead
 //             as the demand's estimate looks back: 2 tau (a count decayed with time constant tau
 //             has the variance of a plain count over 2 tau); the copy stays cached after this
-//             request (fit counts only free room). Counting only the requests during this one's
+//             request (fit counts only free room). The forecast is the count less its standard
+//             deviation (a Poisson count's, sqrt(n)): the copy's premium is certain and its users
+//             are not, and the copies are made exactly where the count came out high, so the count
+//             itself over-forecasts them (the optimizer's curse). A prefix asked for once before
+//             forecasts none; a count of 60 (30 a second), 104 users of 120. With the count itself, a 6,000-token group
+//             prompt seen once in the last 2 s was forecast ~2 users where its rate gave 0.4, and
+//             repaid cold copies of it (llm-d at 64 replicas, 64 and 96 req/s: TTFT p90 1.05 and
+//             1.08x cache_aware's; 1.04 and 1.04x with it; bench/results/README.md, round 31). Counting only the requests during this one's
 //             decode (tool agents' short outputs: a 0.5 s horizon), a 15k-token prefix asked for
 //             13 times a second stayed on one replica at TTFT p50 30 ms against 18 ms elsewhere,
 //             a copy's 490 ms premium never repaid (round 17: 35 -> 28 losing rates of 313 with

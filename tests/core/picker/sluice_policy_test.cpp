@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "core/openai/chat_template.h"
@@ -327,14 +328,19 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
     return -1.0;
   };
   EXPECT_EQ(term(1, "copy_credit_ms"), 0.0);
-  // 2 dispatches: lambda_p = 2 / 2 s, forecast over 4 s (longer than its ~0.9 s decode): 4 requests
-  // repay part of the premium, not enough.
-  for (int i = 0; i < 2; ++i) {
-    p.rank(req, v, Time{}, out);
-    p.on_dispatch(req, 0, Time{});
-  }
+  // 1 dispatch: one earlier request is no evidence of demand (its count less its standard deviation is 0).
+  p.rank(req, v, Time{}, out);
+  p.on_dispatch(req, 0, Time{});
   p.explain(req, v, Time{}, ex);
-  EXPECT_NEAR(term(1, "copy_users"), 4.0, 1e-9);
+  EXPECT_EQ(term(1, "copy_users"), 0.0);
+  EXPECT_EQ(term(1, "copy_credit_ms"), 0.0);
+  // 2 dispatches: 2 seen over tau, forecast over 2 tau = 4 s (longer than its ~0.9 s decode) from the
+  // count less its standard deviation: 2 x (2 - sqrt 2) = 1.17 requests repay part of the premium.
+  p.rank(req, v, Time{}, out);
+  p.on_dispatch(req, 0, Time{});
+  const double forecast = 2 * (2 - std::sqrt(2.0));
+  p.explain(req, v, Time{}, ex);
+  EXPECT_NEAR(term(1, "copy_users"), forecast, 1e-9);
   EXPECT_LT(term(1, "itl_ms") * 256, 4000.0);  // its decode is shorter than the horizon
   EXPECT_EQ(term(0, "copy_users"), 0.0);
   {
@@ -343,14 +349,15 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
     const auto long_req = testing::chat(text, -1, 2000);
     p.explain(long_req, v, Time{}, ex);
     EXPECT_GT(term(1, "itl_ms") * 2000, 4000.0);
-    EXPECT_NEAR(term(1, "copy_users"), 4.0, 1e-9);
+    EXPECT_NEAR(term(1, "copy_users"), forecast, 1e-9);
     p.explain(req, v, Time{}, ex);
   }
   const double some = term(1, "copy_credit_ms");
   EXPECT_GT(some, 0.0);
   p.rank(req, v, Time{}, out);
   EXPECT_EQ(out[0].endpoint, 0u) << "credit " << some;
-  // 60 in all: the future users repay the whole premium; the cold endpoint is now the cheaper.
+  // 60 in all (forecast 2 x (60 - sqrt 60) = 104.5): the future users repay the whole premium; the
+  // cold endpoint is now the cheaper.
   for (int i = 0; i < 58; ++i) {
     p.rank(req, v, Time{}, out);
     p.on_dispatch(req, 0, Time{});
@@ -373,6 +380,61 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   EXPECT_EQ(term(1, "copy_credit_ms"), 0.0);
   p.rank(req, v, Time{}, out);
   EXPECT_EQ(out[0].endpoint, 0u);
+}
+
+// The copy credit with an adapter: loading the adapter into a free slot is paid once, as the cold
+// prefill is, and serves every later request for the prefix there. The copy's premium includes it,
+// and neither the holders' steady cost nor the copy's counts it, so the same demand refunds the
+// load too: with the credit capped at the premium, a pool whose adapter must load at the copy
+// (30 ms, adapter_load_ms) credits exactly 30 ms more than the same pool without adapters; and a
+// holder that must load the adapter itself makes the copy worth no more than a holder that has it.
+TEST(SluicePolicy, TheCopyCreditRefundsAnAdapterLoadAsItDoesTheColdPrefill) {
+  const std::string text = prompt('h', 24000) + prompt('q', 800);  // 6,000 + 200 tokens
+  struct Result {
+    double credit, adapter_ms;
+    size_t first;
+  };
+  auto run = [&](std::string_view adapter, bool holder_runs_it) {
+    SluiceParams params;
+    params.decode_bound_price = 0;
+    SluicePolicy p(params, PoolKind::chat);
+    FakePool pool(2);
+    for (auto& s : pool.signals) s.max_lora = 4;
+    if (holder_runs_it) pool.signals[0].lora_running = {std::string(adapter)};
+    pool.loads[0].in_flight = 60;
+    pool.loads[0].live_context_tokens = 60 * 6000;
+    pool.loads[0].decode_tokens = 60 * 100;
+    PickRequest req = testing::chat(text);
+    req.adapter = adapter;
+    auto v = pool.views();
+    std::vector<Candidate> out;
+    p.on_dispatch(req, 0, Time{});  // endpoint 0 learns the prefix
+    for (int i = 0; i < 400; ++i) {  // the demand for it (a dispatch counts the key its ranking found)
+      p.rank(req, v, Time{}, out);
+      p.on_dispatch(req, 0, Time{});
+    }
+    std::vector<Explanation> ex;
+    p.explain(req, v, Time{}, ex);
+    auto term = [&](size_t e, std::string_view name) {
+      for (auto& t : ex[e].terms)
+        if (t.name == name) return t.value;
+      return -1.0;
+    };
+    p.rank(req, v, Time{}, out);
+    return Result{term(1, "copy_credit_ms"), term(1, "adapter_ms"), out[0].endpoint};
+  };
+  const Result plain = run("", false);
+  const Result lora = run("lora-x", true);
+  const Result lora_idle = run("lora-x", false);
+  EXPECT_EQ(plain.adapter_ms, 0.0);
+  EXPECT_EQ(lora.adapter_ms, 30.0);
+  EXPECT_GT(plain.credit, 100.0);
+  EXPECT_NEAR(lora.credit - plain.credit, 30.0, 1e-6) << "the load refunded with the cold prefill";
+  EXPECT_EQ(plain.first, 1u);
+  EXPECT_EQ(lora.first, 1u) << "the adapter's load does not hold a hot prefix on its holder";
+  // The holder must load it too: both pay the load, the copy is worth what it is without it.
+  EXPECT_NEAR(lora_idle.credit, lora.credit, 1e-6);
+  EXPECT_EQ(lora_idle.first, 1u);
 }
 
 // The continuation share (c, followup_ms): a request continues an earlier one when its deepest
