@@ -1,2 +1,3 @@
 sluice fleetsim --seed 2 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 480,560,640,720,800 --requests 24000 --workload hot_prefix --json --jobs 2   # source: 6a9be01  -> long-hot32-s2.json (the suite's hot32 cell, 3x its 8,000 requests; held-out seed 10 run too, not committed)
 # seeds 1, 3-9 (round 26, source: e80575c): the same command with --seed N -> long-hot32-sN.json
+# round 31 (7131a7e): the sluice rows of long-hot32-s[1-9].json rerun: BASE=DIR bench/suite/rerun_sluice.sh OUT long-hot32-s{1..9}, DIR/long-hot32-sN.cmd = the first line above with --seed N (sluice rows replaced, the other policies' kept; bench/suite/replace_rows.py)

@@ -566,13 +566,14 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     double best_holder = std::numeric_limits<double>::infinity();
     for (const Eval& e : evals_)
       if (e.premium < 0) best_holder = std::min(best_holder, e.steady);
+    // The requests forecast over the demand's horizon, 2 tau: the count its estimate holds (lambda_p
+    // x tau) less the count's standard deviation, over twice that time (header).
+    const double seen = demand * PrefixDemand::kTauMs;
+    const double users = std::max(0.0, seen - std::sqrt(seen)) * (kCopyHorizonMs / PrefixDemand::kTauMs);
     for (size_t i = 0; i < endpoints.size(); ++i) {
       Eval& e = evals_[i];
       if (e.premium <= 0 || !std::isfinite(best_holder)) continue;
       const double saving = std::max(0.0, best_holder - e.steady);
-      // lambda_p x the demand's horizon, 2 tau (header).
-      const double seen = demand * PrefixDemand::kTauMs;
-      const double users = std::max(0.0, seen - std::sqrt(seen)) * (kCopyHorizonMs / PrefixDemand::kTauMs);
       // Only the part of the copy the prefix cache has free room for: what must evict displaces
       // prefixes whose own demand is not known here (the eviction term prices the current request's).
       const double fit = std::clamp(e.free / std::max(1.0, e.copy_tokens), 0.0, 1.0);
