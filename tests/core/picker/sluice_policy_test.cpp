@@ -17,6 +17,20 @@ using testing::FakePool;
 
 std::string prompt(char c, size_t chars) { return std::string(chars, c); }
 
+// One cost term of endpoint e's explanation (-1 when it has none).
+double term_of(const std::vector<Explanation>& ex, size_t e, std::string_view name) {
+  for (const auto& t : ex[e].terms)
+    if (t.name == name) return t.value;
+  return -1.0;
+}
+
+// The copy credit's holder: endpoint 0 decodes 60 sequences of 6,000-token contexts, 100 tokens each left.
+void load_holder(FakePool& pool) {
+  pool.loads[0].in_flight = 60;
+  pool.loads[0].live_context_tokens = 60 * 6000;
+  pool.loads[0].decode_tokens = 60 * 100;
+}
+
 TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
   SluicePolicy p({}, PoolKind::chat);
   FakePool pool(1);
@@ -309,9 +323,7 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   params.decode_bound_price = 0;
   SluicePolicy p(params, PoolKind::chat);
   FakePool pool(2);
-  pool.loads[0].in_flight = 60;
-  pool.loads[0].live_context_tokens = 60 * 6000;
-  pool.loads[0].decode_tokens = 60 * 100;
+  load_holder(pool);
   const std::string text = prompt('h', 24000) + prompt('q', 800);  // 6,000 + 200 tokens
   const auto req = testing::chat(text);
   auto v = pool.views();
@@ -322,11 +334,7 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   EXPECT_EQ(out[0].endpoint, 0u) << "no demand yet: the holder";
   std::vector<Explanation> ex;
   p.explain(req, v, Time{}, ex);
-  auto term = [&](size_t e, std::string_view name) {
-    for (auto& t : ex[e].terms)
-      if (t.name == name) return t.value;
-    return -1.0;
-  };
+  auto term = [&](size_t e, std::string_view name) { return term_of(ex, e, name); };
   EXPECT_EQ(term(1, "copy_credit_ms"), 0.0);
   // 1 dispatch: one earlier request is no evidence of demand (its count less its standard deviation is 0).
   p.rank(req, v, Time{}, out);
@@ -401,9 +409,7 @@ TEST(SluicePolicy, TheCopyCreditRefundsAnAdapterLoadAsItDoesTheColdPrefill) {
     FakePool pool(2);
     for (auto& s : pool.signals) s.max_lora = 4;
     if (holder_runs_it) pool.signals[0].lora_running = {std::string(adapter)};
-    pool.loads[0].in_flight = 60;
-    pool.loads[0].live_context_tokens = 60 * 6000;
-    pool.loads[0].decode_tokens = 60 * 100;
+    load_holder(pool);
     PickRequest req = testing::chat(text);
     req.adapter = adapter;
     auto v = pool.views();
@@ -415,13 +421,8 @@ TEST(SluicePolicy, TheCopyCreditRefundsAnAdapterLoadAsItDoesTheColdPrefill) {
     }
     std::vector<Explanation> ex;
     p.explain(req, v, Time{}, ex);
-    auto term = [&](size_t e, std::string_view name) {
-      for (auto& t : ex[e].terms)
-        if (t.name == name) return t.value;
-      return -1.0;
-    };
     p.rank(req, v, Time{}, out);
-    return Result{term(1, "copy_credit_ms"), term(1, "adapter_ms"), out[0].endpoint};
+    return Result{term_of(ex, 1, "copy_credit_ms"), term_of(ex, 1, "adapter_ms"), out[0].endpoint};
   };
   const Result plain = run("", false);
   const Result lora = run("lora-x", true);
