@@ -3,3 +3,4 @@ sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,
 sluice fleetsim --seed 2 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 1600,2000,2400,2800,3200 --requests 32000 --workload hot_prefix --json   # source: 5ce14ac  -> long-hot64-s2-past.json
 # round 22 (shed on by default): the sluice rows of both files rerun at f211be2: sluice fleetsim ... --policy sluice (same flags) -> replace_rows.py
 # round 25 (shed 2 the default): the sluice rows of both files rerun at 6a9be01: sluice fleetsim --seed S --policy sluice --replicas 64 --rates R --requests 32000 --workload hot_prefix --json --jobs 2 (R: the rates above) -> replace_rows.py
+# round 31 (7131a7e): the sluice rows of long-hot64-s1.json rerun with bench/suite/rerun_sluice.sh (BASE: a directory holding long-hot64-s1.cmd = the first line above without --json)
