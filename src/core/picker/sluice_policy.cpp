@@ -378,6 +378,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   // 1 / the mean prompt, once per decision (arrivals_of divided by it for every endpoint).
   const double per_prompt = 1.0 / std::max(1.0, mean_prompt_);
   const bool adapter = !req.adapter.empty();
+  const uint64_t adapter_hash = adapter ? adapter_key(req.adapter) : 0;
   const PrefixIndex& ix = prefix_.index();
   // The prefix cache's free room is known for the index's endpoints (not for embeddings or the oracle).
   const size_t indexed = !embed && !oracle ? ix.endpoints() : 0;
@@ -459,7 +460,12 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     in.adapter_ms = 0;
     double adapter_load = 0;  // a load into a free slot: paid once, like a cold prefill (the copy credit)
     if (adapter) {
-      const double a = adapter_locality_score(v, req.adapter);
+      double a = adapter_locality_score(v, req.adapter);
+      // A free slot, and the adapter among the last max_lora this gateway sent there: still loaded
+      // (header, adapter_ms). Fresh signals only: max_lora comes from them.
+      if (a == kAdapterFreeSlot && !v.stale && v.signals && v.signals->present && v.index < recent_adapters_.size() &&
+          recent_adapters_[v.index].loaded(adapter_hash, v.signals->max_lora))
+        a = 1.0;
       in.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
       if (a < 1.0 && a >= 0.6) adapter_load = in.adapter_ms;
     }
@@ -635,8 +641,29 @@ void SluicePolicy::on_shed(const Candidate& advised, Time) {
   if (advised.shed) shed_backlog_ms_ += advised.shed_work_ms;
 }
 
+uint64_t SluicePolicy::adapter_key(std::string_view adapter) { return std::hash<std::string_view>{}(adapter); }
+
+void SluicePolicy::RecentAdapters::note(uint64_t name) {
+  size_t at = 0;
+  while (at < count && names[at] != name) ++at;
+  if (at == count) at = count < kRecentAdapters ? count++ : kRecentAdapters - 1;  // new: the oldest drops out
+  for (; at > 0; --at) names[at] = names[at - 1];
+  names[0] = name;
+}
+
+bool SluicePolicy::RecentAdapters::loaded(uint64_t name, int max_lora) const {
+  const size_t n = std::min(count, static_cast<size_t>(std::max(0, max_lora)));
+  for (size_t i = 0; i < n; ++i)
+    if (names[i] == name) return true;
+  return false;
+}
+
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {
   cursor_ = endpoint + 1;
+  if (!req.adapter.empty()) {
+    if (recent_adapters_.size() <= endpoint) recent_adapters_.resize(endpoint + 1);
+    recent_adapters_[endpoint].note(adapter_key(req.adapter));
+  }
   if (embedding(req)) return;
   // This request is the one evaluate() last saw (its cached prefix and continuation are known).
   const bool evaluated = req.text.data() == last_text_ && req.text.size() == last_text_size_;

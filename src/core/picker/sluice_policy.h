@@ -112,7 +112,14 @@
 //             ~2 s) is how often a cached token is found again, and a token found again after its
 //             eviction costs its prefill (beta) again. 0 while the caches have room.
 //   adapter_ms = 0 if the adapter is running, adapter_load_ms if it must load into a free slot or is
-//             waiting, adapter_wait_ms if every slot holds another adapter
+//             waiting, adapter_wait_ms if every slot holds another adapter. An engine keeps up to
+//             max_lora adapters loaded, the least recently used evicted for a new one, and its metrics
+//             (vllm:lora_requests_info) name only the adapters with running or waiting requests: an
+//             adapter whose requests have all finished looks like one to load. So the policy learns
+//             residency from its own dispatches as it learns prefixes: an adapter among the last
+//             max_lora distinct adapters it sent to that endpoint is taken as loaded (0) where the
+//             signals show a free slot. Other clients' adapters are not seen, so this errs toward
+//             resident only where the gateway is the engine's one client of adapters.
 //   followup_ms = g x (decode_ms + interference_ms + step_ms): the later requests that will extend
 //             this one's context (an agent's or a chat's next turns) go where it goes, since their
 //             prefix is cached there; each pays this endpoint's decode and interference as this
@@ -294,6 +301,7 @@
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
 #pragma once
+#include <array>
 #include <functional>
 #include <vector>
 
@@ -397,6 +405,7 @@ class SluicePolicy : public Policy {
     prefix_.reset(count);
     rate_ = PrefillRate{};
     endpoint_input_.clear();
+    recent_adapters_.clear();
     demand_.clear();
     ends_.clear();
     continuation_ = 0;
@@ -463,6 +472,17 @@ class SluicePolicy : public Policy {
     double per_ms = 0;
   };
   std::vector<EndpointInput> endpoint_input_;
+  // Per endpoint (by index): the adapters last dispatched there, most recent first, as hashes of their
+  // names, distinct (adapter_ms above: those among the first max_lora are taken as loaded).
+  static constexpr size_t kRecentAdapters = 16;
+  struct RecentAdapters {
+    std::array<uint64_t, kRecentAdapters> names{};
+    size_t count = 0;
+    void note(uint64_t name);
+    bool loaded(uint64_t name, int max_lora) const;
+  };
+  std::vector<RecentAdapters> recent_adapters_;
+  static uint64_t adapter_key(std::string_view adapter);
   // The demand for each cached prefix (the copy credit's lambda_p), and the key of the last
   // evaluated request's cached prefix with that request's text (on_dispatch counts it).
   PrefixDemand demand_;

@@ -438,6 +438,55 @@ TEST(SluicePolicy, TheCopyCreditRefundsAnAdapterLoadAsItDoesTheColdPrefill) {
   EXPECT_EQ(lora_idle.first, 1u);
 }
 
+// An adapter stays loaded after its requests finish (the engine evicts the least recently used when
+// it needs the slot), but the engine's metrics name only the adapters with running or waiting
+// requests. The policy learns residency from its own dispatches: an adapter among the last max_lora
+// distinct adapters it sent to an endpoint is not charged a load there while the signals show a free
+// slot; one pushed out by max_lora others is charged again, as is every adapter behind stale signals.
+TEST(SluicePolicy, AnAdapterSentRecentlyIsTakenAsStillLoaded) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  for (auto& s : pool.signals) s.max_lora = 2;  // nothing running: a free slot everywhere
+  auto v = pool.views();
+  std::vector<Candidate> out;
+  auto request = [&](std::string_view adapter, char c) {
+    PickRequest r = testing::chat(prompt(c, 4000));
+    r.adapter = adapter;
+    return r;
+  };
+  auto load_ms = [&](std::string_view adapter, size_t e) {
+    std::vector<Explanation> ex;
+    p.explain(request(adapter, 'z'), v, Time{}, ex);
+    return term_of(ex, e, "adapter_ms");
+  };
+  EXPECT_EQ(load_ms("a", 0), 30.0);
+  EXPECT_EQ(load_ms("a", 1), 30.0);
+  const auto a = request("a", 'a');
+  p.rank(a, v, Time{}, out);
+  p.on_dispatch(a, 1, Time{});
+  EXPECT_EQ(load_ms("a", 1), 0.0) << "sent there, its requests done since: still loaded";
+  EXPECT_EQ(load_ms("a", 0), 30.0);
+  EXPECT_EQ(load_ms("b", 1), 30.0);
+  // b, then a again, then c: the last two distinct are c and a; b was pushed out of the 2 slots.
+  for (std::string_view name : {"b", "a", "c"}) {
+    const auto r = request(name, name[0]);
+    p.rank(r, v, Time{}, out);
+    p.on_dispatch(r, 1, Time{});
+  }
+  EXPECT_EQ(load_ms("a", 1), 0.0);
+  EXPECT_EQ(load_ms("c", 1), 0.0);
+  EXPECT_EQ(load_ms("b", 1), 30.0) << "evicted by two others";
+  // Its requests waiting there: the waiting tier's price, as before (not a free slot).
+  pool.signals[1].lora_waiting = {"a"};
+  pool.signals[1].lora_running = {"x"};
+  EXPECT_EQ(load_ms("a", 1), 30.0);
+  pool.signals[1].lora_waiting.clear();
+  pool.signals[1].lora_running.clear();
+  pool.stale[1] = true;
+  v = pool.views();
+  EXPECT_EQ(load_ms("a", 1), 30.0) << "stale signals: max_lora unknown";
+}
+
 // The continuation share (c, followup_ms): a request continues an earlier one when its deepest
 // cached block is the last whole block of a recent prompt and it adds blocks after it. Sessions whose
 // turns extend the previous turn's prompt raise it; prompts that only share a system prompt, or

@@ -7,10 +7,10 @@ namespace sluice {
 double adapter_locality_score(const EndpointView& ep, std::string_view adapter) {
   if (adapter.empty()) return 1.0;
   const EngineSignals* s = ep.signals;
-  if (ep.stale || !s || !s->present || s->max_lora <= 0) return 0.8;
+  if (ep.stale || !s || !s->present || s->max_lora <= 0) return kAdapterFreeSlot;
   auto has = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), adapter) != v.end(); };
   if (has(s->lora_running)) return 1.0;
-  if (static_cast<int>(s->lora_running.size() + s->lora_waiting.size()) < s->max_lora) return 0.8;
+  if (static_cast<int>(s->lora_running.size() + s->lora_waiting.size()) < s->max_lora) return kAdapterFreeSlot;
   if (has(s->lora_waiting)) return 0.6;
   return 0.0;
 }

@@ -13,6 +13,9 @@
 
 namespace sluice {
 
+// The score of a free slot (and of no or stale LoRA signals).
+inline constexpr double kAdapterFreeSlot = 0.8;
+
 double adapter_locality_score(const EndpointView& endpoint, std::string_view adapter);
 
 }  // namespace sluice
