@@ -10,6 +10,8 @@
      the key's first allowed model is sent; without a key it says the gateway wants one.
   6. bench/suite/margins.py sums acceptance.py's per-rate verdicts over a fleetsim sweep.
   7. bench/suite/p90_noise.py's percentile is fleetsim's (it restates it in Python).
+  8. bench/suite/replace_rows.py replaces one policy's rows with a rerun's, and refuses a rerun that
+     lacks a rate the file had (a file made by two commands would lose the other's rows).
 
 Run: python3 tests/integration/test_bench.py --sluice build/sluice
 """
@@ -101,6 +103,39 @@ def test_margins(sluice):
                              capture_output=True, text=True, timeout=60)
         check(bad.returncode != 0 and "no file matches" in bad.stderr, f"margins on no files: {bad.returncode} {bad.stderr}")
     log("ok: margins.py sums acceptance.py's verdicts")
+
+
+def test_replace_rows(sluice):
+    import os
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.join(root, "bench", "suite", "replace_rows.py")
+    base_args = ["--replicas", "4", "--workload", "shared_prefix:small", "--requests", "100", "--json"]
+
+    def rows(path):
+        return [json.loads(line) for line in open(path) if line.strip()]
+
+    with tempfile.TemporaryDirectory() as d:
+        base, rerun, out = (os.path.join(d, n) for n in ("base.json", "rerun.json", "out.json"))
+        with open(base, "w") as f:
+            subprocess.run([sluice, "fleetsim", "--policy", "round_robin,sluice", "--rates", "20,60"] + base_args,
+                           check=True, stdout=f, timeout=120)
+        # A rerun of sluice at one of the two rates: refused, nothing written.
+        with open(rerun, "w") as f:
+            subprocess.run([sluice, "fleetsim", "--policy", "sluice", "--rates", "20", "--seed", "2"] + base_args,
+                           check=True, stdout=f, timeout=120)
+        p = subprocess.run([sys.executable, script, base, rerun, out, "sluice"], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 2 and "[60]" in p.stderr and not os.path.exists(out), f"partial rerun: {p.returncode} {p.stderr}")
+        # At both rates (another seed, so the rows differ): sluice's rows are the rerun's, round_robin's kept.
+        with open(rerun, "w") as f:
+            subprocess.run([sluice, "fleetsim", "--policy", "sluice", "--rates", "20,60", "--seed", "2"] + base_args,
+                           check=True, stdout=f, timeout=120)
+        subprocess.run([sys.executable, script, base, rerun, out, "sluice"], check=True, timeout=60)
+        got = rows(out)
+        check([r["policy"] for r in got] == ["round_robin", "round_robin", "sluice", "sluice"], f"rows: {[r['policy'] for r in got]}")
+        check(got[:2] == [r for r in rows(base) if r["policy"] == "round_robin"], "round_robin's rows changed")
+        check(got[2:] == rows(rerun) and all(r["seed"] == 2 for r in got[2:]), "sluice's rows are not the rerun's")
+    log("ok: replace_rows.py replaces a policy's rows, refuses a rerun missing a rate")
 
 
 def test_p90_noise_percentile(sluice):
@@ -252,6 +287,7 @@ def main():
     t0 = time.time()
     test_fleetsim(a.sluice)
     test_margins(a.sluice)
+    test_replace_rows(a.sluice)
     test_p90_noise_percentile(a.sluice)
     test_live(a.sluice)
     test_failures(a.sluice)
