@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <deque>
 #include <map>
 
 #include "core/openai/chat_template.h"
@@ -449,8 +450,10 @@ TEST(SluicePolicy, AnAdapterSentRecentlyIsTakenAsStillLoaded) {
   for (auto& s : pool.signals) s.max_lora = 2;  // nothing running: a free slot everywhere
   auto v = pool.views();
   std::vector<Candidate> out;
+  std::deque<std::string> texts;  // a PickRequest views its text: kept alive here
   auto request = [&](std::string_view adapter, char c) {
-    PickRequest r = testing::chat(prompt(c, 4000));
+    texts.push_back(prompt(c, 4000));
+    PickRequest r = testing::chat(texts.back());
     r.adapter = adapter;
     return r;
   };
