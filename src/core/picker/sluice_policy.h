@@ -118,8 +118,8 @@
 //             adapter whose requests have all finished looks like one to load. So the policy learns
 //             residency from its own dispatches as it learns prefixes: an adapter among the last
 //             max_lora distinct adapters it sent to that endpoint is taken as loaded (0) where the
-//             signals show a free slot. Other clients' adapters are not seen, so this errs toward
-//             resident only where the gateway is the engine's one client of adapters.
+//             signals show a free slot. Other clients' adapters are not seen: where they have
+//             evicted this gateway's, the load it then meets was not priced.
 //   followup_ms = g x (decode_ms + interference_ms + step_ms): the later requests that will extend
 //             this one's context (an agent's or a chat's next turns) go where it goes, since their
 //             prefix is cached there; each pays this endpoint's decode and interference as this
