@@ -462,12 +462,15 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     if (adapter) {
       double a = adapter_locality_score(v, req.adapter);
       // A free slot, and the adapter among the last max_lora this gateway sent there: still loaded
-      // (header, adapter_ms). Fresh signals only: max_lora comes from them.
-      if (a == kAdapterFreeSlot && !v.stale && v.signals && v.signals->present && v.index < recent_adapters_.size() &&
+      // (header, adapter_ms). Known signals only: max_lora comes from them.
+      if (a == kAdapterFreeSlot && lora_signals_known(v) && v.index < recent_adapters_.size() &&
           recent_adapters_[v.index].loaded(adapter_hash, v.signals->max_lora))
         a = 1.0;
-      in.adapter_ms = a >= 1.0 ? 0.0 : (a >= 0.6 ? p.adapter_load_ms : p.adapter_wait_ms);
-      if (a < 1.0 && a >= 0.6) adapter_load = in.adapter_ms;
+      if (a < 1.0) {
+        const bool loads = a >= 0.6;  // into a free slot, or it is waiting: else every slot holds another
+        in.adapter_ms = loads ? p.adapter_load_ms : p.adapter_wait_ms;
+        if (loads) adapter_load = in.adapter_ms;
+      }
     }
     in.prefill_duty = duty;
     in.reuse = reuse;

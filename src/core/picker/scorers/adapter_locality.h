@@ -16,6 +16,10 @@ namespace sluice {
 // The score of a free slot (and of no or stale LoRA signals).
 inline constexpr double kAdapterFreeSlot = 0.8;
 
+// Fresh signals from an engine with LoRA enabled (max_lora > 0): the scores below other than
+// "the engine decides" rest on them.
+bool lora_signals_known(const EndpointView& endpoint);
+
 double adapter_locality_score(const EndpointView& endpoint, std::string_view adapter);
 
 }  // namespace sluice
