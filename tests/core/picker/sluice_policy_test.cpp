@@ -220,10 +220,7 @@ TEST(SluicePolicy, ExplainGivesTerms) {
   auto v = pool.views();
   p.explain(testing::chat(prompt('a', 400)), v, Time{}, ex);
   ASSERT_EQ(ex.size(), 2u);
-  bool found = false;
-  for (const auto& t : ex[0].terms)
-    if (t.name == "ttft_ms") found = t.value > 0;
-  EXPECT_TRUE(found);
+  EXPECT_GT(term_of(ex, 0, "ttft_ms"), 0.0);
 }
 
 TEST(OraclePolicy, UsesTheCallbackNotTheIndex) {
@@ -292,9 +289,7 @@ TEST(SluicePolicy, ThePaceShareIsTheLastDispatchedRequestsMeanBatchItlOverTheSlo
   std::vector<Explanation> ex;
   auto pace = [&] {
     p.explain(req, v, Time{}, ex);
-    for (auto& t : ex[0].terms)
-      if (t.name == "pace_share") return t.value;
-    return -1.0;
+    return term_of(ex, 0, "pace_share");
   };
   EXPECT_EQ(pace(), 0.0) << "nothing dispatched yet";
   p.rank(req, v, Time{}, out);
@@ -549,9 +544,7 @@ TEST(SluicePolicy, ContinuationShareCountsTurnsThatExtendAnEarlierPrompt) {
   std::vector<Explanation> ex;
   const auto r = testing::chat(turns.back());
   p.explain(r, v, Time{}, ex);
-  double followups = -1;
-  for (auto& t : ex[0].terms)
-    if (t.name == "followups") followups = t.value;
+  const double followups = term_of(ex, 0, "followups");
   EXPECT_NEAR(followups, sluice_followups(p.continuation_share()), 1e-12);
 }
 
@@ -595,8 +588,7 @@ TEST(SluicePolicy, ANewSessionGoesWhereItsLaterTurnsWillBeCheap) {
     const auto r = testing::chat(first, -1, 150);
     std::vector<Explanation> ex;
     p.explain(r, v, now, ex);
-    for (auto& t : ex[0].terms)
-      if (t.name == "followups") *followups = t.value;
+    *followups = term_of(ex, 0, "followups");
     p.rank(r, v, now, out);
     return out[0].endpoint;
   };
