@@ -7,7 +7,9 @@
 #        hard (issue 13's suite: hot, agent, tool, kvp, burst, costmix at 8, 32 and 64 replicas),
 #        or one of its parts: hot8 hot32 hot64 agent8 agent32 agent64 tool8 tool32 tool64 kvp8 kvp32
 #        kvp64 burst8 burst32 burst64 costmix8 costmix32 costmix64; agentx32 (agent sessions swept
-#        past saturation, for the sustainable rate: not in `hard`; files past-agent32-s<SEED>)
+#        past saturation, for the sustainable rate: not in `hard`; files past-agent32-s<SEED>);
+#        surge8 surge32 (a surge on the hot prefix, its holders over time: not in `hard`; files
+#        hot-surge<N>-s<SEED>)
 #        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
 #        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
@@ -38,15 +40,20 @@ hard() {
   shift 3
   local per8=$HARD_REQUESTS
   if [ "$part" = agent ] || [ "$part" = agentx ]; then per8=$((HARD_REQUESTS / 2)); fi  # long sessions: half the requests
+  if [ "$part" = surge ]; then per8=7200; fi  # three phases of 30 s at 80 req/s per 8 replicas
   local rates
   rates=$(python3 -c "import sys; n=$n; print(','.join(f'{float(r)*n/8:g}' for r in '$rates8'.split(',')))")
   local reqs
   local cap=$HARD_MAX_REQUESTS
   if [ "$n" -ge 64 ]; then cap=$HARD_MAX_REQUESTS_64; fi
+  if [ "$part" = surge ]; then cap=$((per8 * n / 8)); fi  # the surge's phases are thirds of the requests
   reqs=$(python3 -c "print(min($cap, int($per8*$n/8)))")
   local name="hard-$part$n-s$SEED" title="Issue 13 hard suite: $part, $n replicas, seed $SEED"
   if [ "$part" = agentx ]; then
     name="past-agent$n-s$SEED" title="Agent sessions swept past saturation: $n replicas, seed $SEED"
+  fi
+  if [ "$part" = surge ]; then
+    name="hot-surge$n-s$SEED" title="A surge on the hot prefix (10% -> 70% -> 10%), KV under pressure: $n replicas, seed $SEED"
   fi
   run "$name" "$title" --policy "$HARD" --replicas "$n" \
     --rates "$rates" --requests "$reqs" "$@"
@@ -63,6 +70,12 @@ hard_part() {
     # the same agent sessions with the sweep carried on past saturation (to 40 per 8 replicas), so
     # the highest sustainable rate of each policy is inside it (not part of `hard`)
     agentx) hard agentx "$n" 8,12,16,20,24,28,32,36,40 --workload "agent_sessions,sessions=$((n * 8))" ;;
+    # a surge on the hot prefix (not part of `hard`; files hot-surge<N>-s<SEED>): its share rises from
+    # 10% to 70% for the middle third of the requests and falls back, at a constant total rate, over
+    # 250 groups of 2k per 8 replicas on 4,000-block replicas (the KV under pressure, so a copy that
+    # is no longer used is evicted): the replicas holding it over time (bench/suite/hot_holders.py)
+    surge) local reqs=$((7200 * n / 8))
+      hard surge "$n" 60,80 --workload "hot_prefix,hot_share=0.1,surge_share=0.7,surge_start=$((reqs / 3)),surge_end=$((2 * reqs / 3)),groups=$((250 * n / 8))" --kv-blocks 4000 ;;
     # Mooncake-like tool agent: 200 Zipf-popular 8-16k prefixes, short tails and outputs
     tool) hard tool "$n" 20,30,40,50,60 --workload tool_agent ;;
     # KV pressure: 150 prefixes of 3-5k tokens per replica (4.8M tokens at 8) on 12,000-block
@@ -155,7 +168,7 @@ suite() {
         --rates 60,120 --requests 3000 --max-in-flight 4 --fair-queue --tenants ;;
     hard)
       for n in 8 32 64; do for p in hot agent tool kvp burst costmix; do hard_part "$p$n"; done; done ;;
-    hot[0-9]*|agent[0-9]*|agentx[0-9]*|tool[0-9]*|kvp[0-9]*|burst[0-9]*|costmix[0-9]*) hard_part "$1" ;;
+    hot[0-9]*|agent[0-9]*|agentx[0-9]*|tool[0-9]*|kvp[0-9]*|burst[0-9]*|costmix[0-9]*|surge[0-9]*) hard_part "$1" ;;
     *) echo "unknown suite $1" >&2; exit 2 ;;
   esac
 }

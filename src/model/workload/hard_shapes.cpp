@@ -17,12 +17,16 @@ std::mt19937_64 content_rng(uint64_t seed, uint32_t salt) {
 
 // Hot prefix: a `hot_share` of requests carry one system prompt of `hot_system` tokens (group
 // "hot"); the rest pick one of `groups` system prompts of `system` tokens uniformly. Every request
-// has its own question.
+// has its own question. A surge: requests surge_start..surge_end - 1 (in the order they are made)
+// carry the hot prompt with `surge_share` instead, so its demand rises and falls again at a constant
+// total rate (the hot prefix's spreading and contraction over time).
 class HotPrefix final : public ContentGenerator {
  public:
   struct Shape {
     double hot_share;
     int64_t hot_system, groups, system, question, output;
+    double surge_share;
+    int64_t surge_start, surge_end;  // surge_end <= surge_start: no surge
   };
   HotPrefix(Shape s, std::string model, bool stream, uint64_t seed) : s_(s), model_(std::move(model)), stream_(stream) {
     auto rng = content_rng(seed, 0x407u);
@@ -30,7 +34,9 @@ class HotPrefix final : public ContentGenerator {
     for (int64_t g = 0; g < s.groups; ++g) systems_.push_back(text_of_tokens(rng, s.system));
   }
   bool fill(WorkloadRequest& r, std::mt19937_64& rng) override {
-    const bool hot = uniform01(rng) < s_.hot_share;
+    const bool surging = made_ >= s_.surge_start && made_ < s_.surge_end;
+    ++made_;
+    const bool hot = uniform01(rng) < (surging ? s_.surge_share : s_.hot_share);
     const size_t g = hot ? 0 : size_t(uniform_int(rng, 0, s_.groups - 1));
     r.model = model_;
     r.kind = ApiKind::chat;
@@ -41,12 +47,16 @@ class HotPrefix final : public ContentGenerator {
     return true;
   }
   std::string describe() const override {
-    return fmt::format("hot_prefix {:g}% on one {}-token prefix, rest over {} groups of {}, question {} output {} tokens",
-                       s_.hot_share * 100, s_.hot_system, s_.groups, s_.system, s_.question, s_.output);
+    std::string surge;
+    if (s_.surge_end > s_.surge_start)
+      surge = fmt::format(" ({:g}% for requests {}..{})", s_.surge_share * 100, s_.surge_start, s_.surge_end - 1);
+    return fmt::format("hot_prefix {:g}%{} on one {}-token prefix, rest over {} groups of {}, question {} output {} tokens",
+                       s_.hot_share * 100, surge, s_.hot_system, s_.groups, s_.system, s_.question, s_.output);
   }
 
  private:
   Shape s_;
+  int64_t made_ = 0;
   std::string model_;
   bool stream_;
   std::string hot_;
@@ -207,8 +217,12 @@ std::unique_ptr<ContentGenerator> make_hot_prefix(Params& p, uint64_t seed) {
   s.system = p.integer("system", 2000, 0, 1000000);
   s.question = p.integer("question", 200, 1, 1000000);
   s.output = p.integer("output", 200, 1, 1000000);
+  s.surge_share = p.real("surge_share", s.hot_share, 0.0, 1.0);
+  s.surge_start = p.integer("surge_start", 0, 0, 1000000000);
+  s.surge_end = p.integer("surge_end", 0, 0, 1000000000);
   const auto model = p.text("model", "llama");
   const bool stream = p.flag("stream", true);
+  if (s.surge_end < s.surge_start) p.fail("surge_end is below surge_start");
   if (!p.ok()) return nullptr;
   return std::make_unique<HotPrefix>(s, model, stream, seed);
 }

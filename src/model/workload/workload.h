@@ -21,7 +21,9 @@
 //   embeddings     embedding inputs of input_min..input_max tokens (50..500).  key: model (embed).
 //   replay         a JSONL trace (`file=`), see trace.h.  keys: file, scale (time multiplier, 1).
 //   hot_prefix     a `hot_share` (0.5) of requests on one prefix of hot_system (6000) tokens, the rest
-//                  over `groups` (100) prefixes of `system` (2000).  keys also: question 200, output 200.
+//                  over `groups` (100) prefixes of `system` (2000).  keys also: question 200, output 200;
+//                  a surge: surge_share for requests surge_start..surge_end - 1 (its demand rises and
+//                  falls at a constant total rate).
 //   agent_sessions `sessions` (64) concurrent agent sessions of `turns` (14) turns: system 2000 + task
 //                  200, each turn appends the answer (150) and a tool result of tool_min..tool_max
 //                  (1000..2000) tokens, so contexts grow past 16k.

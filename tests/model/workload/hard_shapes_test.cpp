@@ -39,6 +39,19 @@ TEST(HardShapes, HotPrefixCarriesItsShareOnOnePrefix) {
   EXPECT_GT(groups.size(), 90u);  // the rest spread over the 100 groups
 }
 
+// A surge: the hot prompt's share is surge_share for requests surge_start..surge_end - 1 only.
+TEST(HardShapes, HotPrefixSurgeRaisesItsShareForThoseRequestsOnly) {
+  auto rs = take("hot_prefix,hot_share=0.1,surge_share=0.7,surge_start=1000,surge_end=2000", 3000);
+  ASSERT_EQ(rs.size(), 3000u);
+  int hot[3] = {0, 0, 0};
+  for (size_t i = 0; i < rs.size(); ++i) hot[i / 1000] += rs[i].group == "hot";
+  EXPECT_NEAR(hot[0] / 1000.0, 0.1, 0.03);
+  EXPECT_NEAR(hot[1] / 1000.0, 0.7, 0.04);
+  EXPECT_NEAR(hot[2] / 1000.0, 0.1, 0.03);
+  ArrivalSpec a;
+  EXPECT_TRUE(std::holds_alternative<std::string>(make_workload("hot_prefix,surge_start=5,surge_end=4", a, {}, 1)));
+}
+
 TEST(HardShapes, AgentSessionContextsGrowPast16kTokens) {
   auto rs = take("agent_sessions,sessions=4", 200);
   int64_t longest = 0;

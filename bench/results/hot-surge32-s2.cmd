@@ -1,0 +1,1 @@
+sluice fleetsim --seed 2 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 240,320 --requests 28800 --workload hot_prefix,hot_share=0.1,surge_share=0.7,surge_start=9600,surge_end=19200,groups=1000 --kv-blocks 4000   # source: 2b453cd + uncommitted changes under src/

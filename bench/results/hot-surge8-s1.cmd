@@ -1,0 +1,1 @@
+sluice fleetsim --seed 1 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 60,80 --requests 7200 --workload hot_prefix,hot_share=0.1,surge_share=0.7,surge_start=2400,surge_end=4800,groups=250 --kv-blocks 4000   # source: 2b453cd + uncommitted changes under src/
