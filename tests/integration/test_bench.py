@@ -12,6 +12,7 @@
   7. bench/suite/p90_noise.py's percentile is fleetsim's (it restates it in Python).
   8. bench/suite/replace_rows.py replaces one policy's rows with a rerun's, and refuses a rerun that
      lacks a rate the file had (a file made by two commands would lose the other's rows).
+  9. bench/suite/with_oracle.py's ratios are those of the same fleetsim sweep's figures.
 
 Run: python3 tests/integration/test_bench.py --sluice build/sluice
 """
@@ -136,6 +137,30 @@ def test_replace_rows(sluice):
         check(got[:2] == [r for r in rows(base) if r["policy"] == "round_robin"], "round_robin's rows changed")
         check(got[2:] == rows(rerun) and all(r["seed"] == 2 for r in got[2:]), "sluice's rows are not the rerun's")
     log("ok: replace_rows.py replaces a policy's rows, refuses a rerun missing a rate")
+
+
+def test_with_oracle(sluice):
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    args = ["--replicas", "4", "--workload", "shared_prefix:small", "--rates", "20,60", "--requests", "200"]
+    printed = subprocess.run([sys.executable, os.path.join(root, "bench", "suite", "with_oracle.py"), sluice, *args],
+                             check=True, capture_output=True, text=True, timeout=120).stdout.splitlines()
+    runs = run_json([sluice, "fleetsim", *args, "--policy",
+                     "round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle", "--json"])
+    check(len(printed) == 2, f"with_oracle.py printed {printed}")
+    for line, rate in zip(printed, (20, 60)):
+        f = {r["policy"]: r["figures"] for r in runs if r["offered_rate"] == rate}
+        others = [k for k in f if k not in ("sluice", "oracle")]
+        best = min(f[k]["ttft_s"]["p90"] for k in others)
+        bg = max(f[k]["goodput_rps"] for k in others)
+        m = re.search(r"TTFT p90 sluice ([0-9.]+)x oracle ([0-9.]+)x .*goodput sluice ([0-9.]+)x oracle ([0-9.]+)x", line)
+        check(line.startswith(f"@{rate} req/s") and m, f"with_oracle.py line: {line}")
+        want = (f["sluice"]["ttft_s"]["p90"] / best, f["oracle"]["ttft_s"]["p90"] / best,
+                f["sluice"]["goodput_rps"] / bg, f["oracle"]["goodput_rps"] / bg)
+        for got, w in zip(m.groups(), want):
+            check(abs(float(got) - w) < 1e-3, f"with_oracle.py {line}: {got} vs {w:.4f}")
+    log("ok: with_oracle.py's ratios are the sweep's")
 
 
 def test_p90_noise_percentile(sluice):
@@ -288,6 +313,7 @@ def main():
     test_fleetsim(a.sluice)
     test_margins(a.sluice)
     test_replace_rows(a.sluice)
+    test_with_oracle(a.sluice)
     test_p90_noise_percentile(a.sluice)
     test_live(a.sluice)
     test_failures(a.sluice)
