@@ -65,6 +65,15 @@ def check_real_metrics(promtool, sluice):
             out.append(f"/metrics answered {status} without sluice_ families")
         if p.returncode != 0:
             out.append("promtool check metrics on the gateway's output:\n" + p.stdout + p.stderr)
+        # The load shares one system prompt: the sluice policy reports it as the pool's most asked-for
+        # prefix, with the replicas its index holds it on.
+        def sample(name):
+            m = re.search(r'^' + name + r'\{pool="chat",rank="1"\} (\S+)$', text, re.M)
+            return float(m.group(1)) if m else None
+        rps, holders = sample("sluice_hot_prefix_requests_per_second"), sample("sluice_hot_prefix_holders")
+        print(f"hot prefix rank 1: {rps} requests/s on {holders} holders")
+        if rps is None or rps <= 0 or holders is None or not 1 <= holders <= 2:
+            out.append(f"sluice_hot_prefix_* rank 1 after a shared-prompt load: {rps} requests/s, {holders} holders")
         return out
     finally:
         stop.set()

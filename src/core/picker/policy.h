@@ -79,6 +79,15 @@ struct Explanation {
   std::vector<ScoreTerm> terms;
 };
 
+// One of the prefixes a policy sees most asked for (Policy::hot_prefixes): its key (the chained hash
+// of its deepest block some endpoint holds), the dispatches for it per second (decayed over ~2 s),
+// and how many endpoints its index says hold it.
+struct HotPrefix {
+  uint64_t key = 0;
+  double requests_per_s = 0;
+  size_t holders = 0;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -99,6 +108,9 @@ class Policy {
   // The policy's prefix index, if it keeps one (a reload carries it over to the new pool).
   virtual PrefixTracker* prefix_tracker() { return nullptr; }
   virtual const PrefixTracker* prefix_tracker() const { return nullptr; }
+  // The n prefixes most asked for at `now`, most first (operators' view of how a hot prefix is
+  // spread). Default: none (the policy does not track demand).
+  virtual std::vector<HotPrefix> hot_prefixes(Time now, size_t n) const { return {}; }
   // The terms behind rank()'s scores, one Explanation per endpoint (any order). Default: none.
   virtual void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                        std::vector<Explanation>& out) {

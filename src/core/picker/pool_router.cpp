@@ -378,6 +378,11 @@ int64_t PoolRouter::in_flight_locked(size_t e) const {
   return n;
 }
 
+std::vector<HotPrefix> PoolRouter::hot_prefixes(Time now, size_t n) const {
+  std::lock_guard lock(mu_);
+  return policy_->hot_prefixes(now, n);
+}
+
 std::vector<EndpointSnapshot> PoolRouter::snapshot(Time now) const {
   std::lock_guard lock(mu_);
   std::vector<EndpointSnapshot> out;

@@ -125,6 +125,8 @@ class PoolRouter {
   // admission layer queues and sheds on this.
   bool saturated(Time now) const;
   std::vector<EndpointSnapshot> snapshot(Time now) const;
+  // The policy's n most asked-for prefixes (Policy::hot_prefixes), for the metrics scrape.
+  std::vector<HotPrefix> hot_prefixes(Time now, size_t n) const;
   // Feeds the policy's prefix predictions from the engines' KV events (kv_event_index.h); false
   // when the policy keeps no prefix index. Called before use.
   bool attach_kv_events(std::shared_ptr<KvEventIndex> events);

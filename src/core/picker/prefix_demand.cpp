@@ -1,5 +1,6 @@
 #include "core/picker/prefix_demand.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace sluice {
@@ -29,5 +30,18 @@ void PrefixDemand::note(uint64_t key, Time now) {
 }
 
 void PrefixDemand::clear() { sets_ = {}; }
+
+std::vector<std::pair<uint64_t, double>> PrefixDemand::top(Time now, size_t n) const {
+  std::vector<std::pair<uint64_t, double>> out;
+  for (const auto& set : sets_)
+    for (const Way& w : set)
+      if (w.count > 0)
+        if (const double c = decayed(w, now); c >= 0.5) out.emplace_back(w.key, c / kTauMs);
+  const auto more = [](const auto& a, const auto& b) { return a.second > b.second || (a.second == b.second && a.first < b.first); };
+  const size_t k = std::min(n, out.size());
+  std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k), out.end(), more);
+  out.resize(k);
+  return out;
+}
 
 }  // namespace sluice

@@ -19,6 +19,8 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "core/time.h"
 
@@ -34,6 +36,10 @@ class PrefixDemand {
   // A request for `key` was dispatched at `now`.
   void note(uint64_t key, Time now);
   void clear();
+  // The n most asked-for keys at `now`, most first, with their rates (requests per ms); keys whose
+  // decayed count is under half a request are left out (a scrape's view: 1,024 ways, no allocation
+  // beyond the result).
+  std::vector<std::pair<uint64_t, double>> top(Time now, size_t n) const;
 
  private:
   struct Way {

@@ -661,6 +661,12 @@ bool SluicePolicy::RecentAdapters::loaded(uint64_t name, int max_lora) const {
   return false;
 }
 
+std::vector<HotPrefix> SluicePolicy::hot_prefixes(Time now, size_t n) const {
+  std::vector<HotPrefix> out;
+  for (const auto& [key, per_ms] : demand_.top(now, n)) out.push_back({key, per_ms * 1000.0, prefix_.index().holder_count(key)});
+  return out;
+}
+
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {
   cursor_ = endpoint + 1;
   if (!req.adapter.empty()) {

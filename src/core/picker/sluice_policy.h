@@ -399,6 +399,7 @@ class SluicePolicy : public Policy {
   void rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
             std::vector<Candidate>& out) override;
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
+  std::vector<HotPrefix> hot_prefixes(Time now, size_t n) const override;
   void on_shed(const Candidate& advised, Time now) override;
   void on_peer_shed(double work_ms, Time now) override;
   void on_endpoints_reset(size_t count) override {

@@ -100,6 +100,14 @@ size_t PrefixIndex::find_slot(uint64_t h) const {
   }
 }
 
+size_t PrefixIndex::holder_count(uint64_t hash) const {
+  const size_t i = find_slot(hash);
+  if (i == slots_.size()) return 0;
+  size_t n = 0;
+  for (uint32_t node = slots_[i].head; node != kNil; node = nodes_[node].chain) n += nodes_[node].hash == hash;
+  return n;
+}
+
 size_t PrefixIndex::insert_slot(uint64_t h) {
   if (size_t i = find_slot(h); i != slots_.size()) return i;
   if (static_cast<double>(distinct_ + 1) > 0.75 * static_cast<double>(slots_.size())) grow_table(distinct_ + 1);

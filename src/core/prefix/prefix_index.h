@@ -78,6 +78,8 @@ class PrefixIndex {
   bool forget(size_t endpoint, uint64_t hash);
   // The block hashes endpoint holds, most recent first (learn() takes them back in that order).
   std::vector<uint64_t> blocks_of(size_t endpoint) const;
+  // The endpoints holding block `hash` (any index, not only the first 64).
+  size_t holder_count(uint64_t hash) const;
   // The `k` least recent block hashes of endpoint (the next evicted first), appended to `out`.
   void least_recent(size_t endpoint, size_t k, std::vector<uint64_t>& out) const;
 

@@ -1,5 +1,6 @@
 #include "gateway/observability/endpoint_metrics.h"
 
+#include <array>
 #include <functional>
 #include <vector>
 
@@ -77,6 +78,23 @@ void append_endpoint_metrics(std::string& out,
       }
     }
   }
+  // The pools' most asked-for prefixes, by rank (a prefix's hash would be an unbounded label): how
+  // much demand each carries and on how many endpoints the picker's index holds it, so a hot prefix
+  // piled on one replica, or spread and contracting again, shows over time.
+  constexpr size_t kHotPrefixes = 3;
+  std::vector<std::pair<std::string_view, std::vector<HotPrefix>>> hot;
+  for (const auto& [name, pool] : pools) hot.emplace_back(name, pool->router.hot_prefixes(now, kHotPrefixes));
+  static const std::array<std::string, kHotPrefixes> ranks = {"1", "2", "3"};
+  w.family("sluice_hot_prefix_requests_per_second", "gauge",
+           "Dispatches per second for the pool's most asked-for prefixes (rank 1 = most), decayed over ~2 s.");
+  for (const auto& [pool, list] : hot)
+    for (size_t i = 0; i < list.size(); ++i)
+      w.sample("sluice_hot_prefix_requests_per_second", {{"pool", pool}, {"rank", ranks[i]}}, list[i].requests_per_s);
+  w.family("sluice_hot_prefix_holders", "gauge",
+           "Endpoints the picker's prefix index holds each of the pool's most asked-for prefixes on.");
+  for (const auto& [pool, list] : hot)
+    for (size_t i = 0; i < list.size(); ++i)
+      w.sample("sluice_hot_prefix_holders", {{"pool", pool}, {"rank", ranks[i]}}, static_cast<double>(list[i].holders));
 }
 
 }  // namespace sluice

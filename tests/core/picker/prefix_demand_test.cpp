@@ -41,5 +41,27 @@ TEST(PrefixDemand, AHotKeySurvivesAStreamOfOneOffKeys) {
   EXPECT_EQ(d.rate(1, ms(1000)), 0.0);
 }
 
+// top(): the most asked-for keys first, with their decayed rates; a key decayed under half a
+// request is left out.
+TEST(PrefixDemand, TopListsTheMostAskedForKeysFirst) {
+  PrefixDemand d;
+  for (int i = 0; i < 30; ++i) d.note(11, ms(10.0 * i));
+  for (int i = 0; i < 10; ++i) d.note(22, ms(10.0 * i));
+  d.note(33, ms(0));
+  const Time now = ms(300);
+  const auto top = d.top(now, 2);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].first, 11u);
+  EXPECT_EQ(top[1].first, 22u);
+  EXPECT_NEAR(top[0].second, d.rate(11, now), 1e-15);
+  EXPECT_NEAR(top[1].second, d.rate(22, now), 1e-15);
+  EXPECT_EQ(d.top(now, 10).size(), 3u);
+  // 2 s later key 33's single request has decayed to 0.37 of one: gone; 22's ten are still 3.5.
+  const auto later = d.top(ms(2300), 10);
+  ASSERT_EQ(later.size(), 2u);
+  EXPECT_EQ(later[1].first, 22u);
+  EXPECT_TRUE(PrefixDemand{}.top(now, 3).empty());
+}
+
 }  // namespace
 }  // namespace sluice

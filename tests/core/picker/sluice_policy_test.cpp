@@ -8,6 +8,7 @@
 
 #include "core/openai/chat_template.h"
 #include "core/picker/oracle_policy.h"
+#include "core/picker/prefix_demand.h"
 #include "core/picker/ranking.h"
 #include "picker_test_util.h"
 
@@ -384,6 +385,35 @@ TEST(SluicePolicy, AHotPrefixIsCopiedWhenItsDemandRepaysTheColdPrefill) {
   EXPECT_EQ(term(1, "copy_credit_ms"), 0.0);
   p.rank(req, v, Time{}, out);
   EXPECT_EQ(out[0].endpoint, 0u);
+}
+
+// hot_prefixes (the operators' view, sluice_hot_prefix_* metrics): the prefixes most asked for, each
+// with its dispatches per second (the demand the copy credit reads) and the endpoints holding it.
+TEST(SluicePolicy, HotPrefixesAreTheMostAskedForWithTheirHolders) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(3);
+  auto v = pool.views();
+  std::vector<Candidate> out;
+  EXPECT_TRUE(p.hot_prefixes(Time{}, 3).empty());
+  std::deque<std::string> texts;  // the requests' texts outlive them (the policy keeps a view of the last)
+  auto send = [&](char prefix, char tail, size_t endpoint) {
+    texts.push_back(prompt(prefix, 24000) + prompt(tail, 800));
+    const auto req = testing::chat(texts.back());
+    p.rank(req, v, Time{}, out);
+    p.on_dispatch(req, endpoint, Time{});
+  };
+  send('h', 'a', 0);  // learned on 0: nothing held before it, no demand counted
+  for (char t = 'b'; t < 'h'; ++t) send('h', t, t % 2 ? 1 : 0);  // 6 more, on 0 and 1
+  send('g', 'a', 2);
+  send('g', 'b', 2);  // one counted for the second prefix
+  const auto hot = p.hot_prefixes(Time{}, 3);
+  ASSERT_EQ(hot.size(), 2u);
+  EXPECT_NEAR(hot[0].requests_per_s, 6 / PrefixDemand::kTauMs * 1000, 1e-9);
+  EXPECT_EQ(hot[0].holders, 2u);
+  EXPECT_NEAR(hot[1].requests_per_s, 1 / PrefixDemand::kTauMs * 1000, 1e-9);
+  EXPECT_EQ(hot[1].holders, 1u);
+  EXPECT_NE(hot[0].key, hot[1].key);
+  EXPECT_EQ(p.hot_prefixes(Time{}, 1).size(), 1u);
 }
 
 // The copy credit with an adapter: loading the adapter into a free slot is paid once, as the cold

@@ -56,6 +56,20 @@ TEST(PrefixIndex, LongestCommonPrefixPerEndpoint) {
   EXPECT_EQ(idx.distinct_blocks(), 6u);  // endpoint 1's two blocks are shared with endpoint 0
 }
 
+// holder_count counts every endpoint holding a block, also past the first 64 (the match mask's).
+TEST(PrefixIndex, HolderCountCountsEveryEndpointHoldingTheBlock) {
+  PrefixIndex idx(80);
+  const auto b = blocks_of(text_of('h', 64 * 3));
+  EXPECT_EQ(idx.holder_count(b[2]), 0u);
+  for (size_t e : {0, 5, 63, 64, 79}) idx.learn(e, b);
+  idx.learn(7, std::vector<uint64_t>(b.begin(), b.begin() + 2));  // the first two blocks only
+  EXPECT_EQ(idx.holder_count(b[2]), 5u);
+  EXPECT_EQ(idx.holder_count(b[1]), 6u);
+  EXPECT_TRUE(idx.forget(64, b[2]));
+  EXPECT_EQ(idx.holder_count(b[2]), 4u);
+  EXPECT_EQ(idx.holder_count(12345), 0u);
+}
+
 TEST(PrefixIndex, AdapterModelAndSaltSeparate) {
   PrefixIndex idx(1);
   std::string t = text_of('q', 64 * 5);
