@@ -177,6 +177,14 @@ class Fleet:
                 fam(name, "gauge", "Per endpoint.")
                 for e in self.endpoints:
                     out.append(f'{name}{{pool="{p}",endpoint="{e}"}} {self.gauges[e][key]:.4g}')
+            # The pool's most asked-for prefixes: one hot prefix on 2 of the endpoints, two lighter ones.
+            hot = ((12.5, 2), (3.0, 1), (1.5, 1))
+            fam("sluice_hot_prefix_requests_per_second", "gauge", "Most asked-for prefixes by rank.")
+            for rank, (rps, _) in enumerate(hot, start=1):
+                out.append(f'sluice_hot_prefix_requests_per_second{{pool="{p}",rank="{rank}"}} {rps}')
+            fam("sluice_hot_prefix_holders", "gauge", "Endpoints holding them.")
+            for rank, (_, holders) in enumerate(hot, start=1):
+                out.append(f'sluice_hot_prefix_holders{{pool="{p}",rank="{rank}"}} {holders}')
             fam("sluice_endpoint_scrape_age_seconds", "gauge", "Age of the last good scrape.")
             for e in self.endpoints:
                 age = now - self.frozen[e] if e in self.frozen and e not in self.silent else 0.03

@@ -24,7 +24,8 @@ PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", 
                 "offset", "inf", "nan", "le"}
 # The panels the live page shows; each must exist on both (case-insensitive substrings of titles).
 SHARED_PANELS = ["prefix hit rate", "reject rate", "queue time p99", "ttft p99", "kv cache usage per endpoint",
-                 "waiting requests per endpoint", "picks per endpoint", "duty cycle per endpoint", "gateway overhead"]
+                 "waiting requests per endpoint", "picks per endpoint", "duty cycle per endpoint", "gateway overhead",
+                 "hot prefixes"]
 
 
 def walk_panels(panels):

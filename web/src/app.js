@@ -129,6 +129,9 @@
     waiting: new Panel("chart-waiting", { y: { label: "requests", fmt: (v) => fmtNum(v, 0), min: 1, ints: true } }),
     picks: new Panel("chart-picks", { y: { label: "picks/s", fmt: (v) => fmtNum(v, 1), min: 1 } }),
     duty: new Panel("chart-duty", { y: ratio }),
+    // The pools' three most asked-for prefixes (sluice policy): the endpoints holding each, and its demand.
+    hot: new Panel("chart-hot", { y: { label: "holders", fmt: (v) => fmtNum(v, 0), min: 1, ints: true },
+      r: { label: "requests/s", fmt: (v) => fmtNum(v, 1), min: 1 } }),
     tenantRejects: new Panel("chart-tenant-rejects", { y: { label: "rejects/s", fmt: (v) => fmtNum(v, 1), min: 1 } }),
     tenantTokens: new Panel("chart-tenant-tokens", { y: { label: "tokens/s", fmt: (v) => fmtNum(v, 0), min: 1 } }),
     upstream: new Panel("chart-upstream", { y: { label: "per second", fmt: (v) => fmtNum(v, 2), min: 0.1 } }),
@@ -289,6 +292,12 @@
     panels.kv.push(t, perEp("sluice_endpoint_kv_usage_ratio"));
     panels.waiting.push(t, perEp("sluice_endpoint_waiting_requests"));
     panels.duty.push(t, perEp("sluice_endpoint_duty_cycle_ratio"));
+    const hotOf = (name, what, scale) => P.samples(cur, name, filter).map((s) => {
+      const id = (multiPool ? (s.labels.pool || "") + " " : "") + "#" + s.labels.rank;
+      return { key: (s.labels.pool || "") + "/" + s.labels.rank + "/" + what, label: id + " " + what, scale, value: s.value };
+    });
+    panels.hot.push(t, [...hotOf("sluice_hot_prefix_holders", "holders"),
+      ...hotOf("sluice_hot_prefix_requests_per_second", "requests/s", "r")]);
     // Tenants: rejects by tenant ("-": before authentication or without tenants) and tokens charged.
     const perSecond = (m) => [...m.entries()].map(([k, v]) => ({ key: k, label: k, value: dt > 0 ? v / dt : null }));
     panels.tenantRejects.push(t, perSecond(P.increaseBy(short, cur, "sluice_rejects_total", "tenant", filter)));

@@ -78,6 +78,7 @@ try {
     queue: ["queue time p99"],
     ttft: ["TTFT p99"],
     kv: null, waiting: null, picks: null, duty: null,   // per endpoint: every series
+    hot: ["#1 holders", "#1 requests/s"],   // the load's shared system prompt
     upstream: ["upstream errors + timeouts", "retries", "retries refused"],
     tokens: ["streamed token events/s"],
     freshness: null,
