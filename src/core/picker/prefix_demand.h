@@ -37,8 +37,8 @@ class PrefixDemand {
   void note(uint64_t key, Time now);
   void clear();
   // The n most asked-for keys at `now`, most first, with their rates (requests per ms); keys whose
-  // decayed count is under half a request are left out (a scrape's view: 1,024 ways, no allocation
-  // beyond the result).
+  // decayed count is under half a request are left out. For a metrics scrape: it reads all 1,024
+  // ways into one vector and sorts its first n.
   std::vector<std::pair<uint64_t, double>> top(Time now, size_t n) const;
 
  private:
