@@ -1,0 +1,1 @@
+sluice fleetsim --seed 5 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 64,96,128,160,192,224,256,288,320 --requests 12000 --workload agent_sessions,sessions=512   # source: 2b453cd
