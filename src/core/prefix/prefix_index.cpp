@@ -103,8 +103,8 @@ size_t PrefixIndex::find_slot(uint64_t h) const {
 size_t PrefixIndex::holder_count(uint64_t hash) const {
   const size_t i = find_slot(hash);
   if (i == slots_.size()) return 0;
-  size_t n = 0;
-  for (uint32_t node = slots_[i].head; node != kNil; node = nodes_[node].chain) n += nodes_[node].hash == hash;
+  size_t n = 0;  // a slot's chain holds only the nodes of its hash (one per endpoint)
+  for (uint32_t node = slots_[i].head; node != kNil; node = nodes_[node].chain) ++n;
   return n;
 }
 
