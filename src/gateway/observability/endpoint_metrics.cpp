@@ -85,16 +85,23 @@ void append_endpoint_metrics(std::string& out,
   std::vector<std::pair<std::string_view, std::vector<HotPrefix>>> hot;
   for (const auto& [name, pool] : pools) hot.emplace_back(name, pool->router.hot_prefixes(now, kHotPrefixes));
   static const std::array<std::string, kHotPrefixes> ranks = {"1", "2", "3"};
-  w.family("sluice_hot_prefix_requests_per_second", "gauge",
-           "Dispatches per second for the pool's most asked-for prefixes (rank 1 = most), decayed over ~2 s.");
-  for (const auto& [pool, list] : hot)
-    for (size_t i = 0; i < list.size(); ++i)
-      w.sample("sluice_hot_prefix_requests_per_second", {{"pool", pool}, {"rank", ranks[i]}}, list[i].requests_per_s);
-  w.family("sluice_hot_prefix_holders", "gauge",
-           "Endpoints the picker's prefix index holds each of the pool's most asked-for prefixes on.");
-  for (const auto& [pool, list] : hot)
-    for (size_t i = 0; i < list.size(); ++i)
-      w.sample("sluice_hot_prefix_holders", {{"pool", pool}, {"rank", ranks[i]}}, static_cast<double>(list[i].holders));
+  struct HotSeries {
+    const char* name;
+    const char* help;
+    double (*value)(const HotPrefix&);
+  };
+  static constexpr HotSeries hot_series[] = {
+      {"sluice_hot_prefix_requests_per_second",
+       "Dispatches per second for the pool's most asked-for prefixes (rank 1 = most), decayed over ~2 s.",
+       [](const HotPrefix& h) { return h.requests_per_s; }},
+      {"sluice_hot_prefix_holders", "Endpoints the picker's prefix index holds each of the pool's most asked-for prefixes on.",
+       [](const HotPrefix& h) { return static_cast<double>(h.holders); }},
+  };
+  for (const HotSeries& s : hot_series) {
+    w.family(s.name, "gauge", s.help);
+    for (const auto& [pool, list] : hot)
+      for (size_t i = 0; i < list.size(); ++i) w.sample(s.name, {{"pool", pool}, {"rank", ranks[i]}}, s.value(list[i]));
+  }
 }
 
 }  // namespace sluice
