@@ -404,6 +404,7 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
         continue;
       case Attempt::Next::next_candidate:
         if (a.wait > Duration::zero()) {
+          down_.watch_now();  // the wait is cancelled if the client leaves (the answer that led here may have come at once)
           asio::steady_timer timer(co_await asio::this_coro::executor);
           timer.expires_at(std::min(SteadyClock::now() + a.wait, total_deadline_));
           auto slot = down_.cancel_slot();

@@ -36,11 +36,13 @@ class Downstream {
   // The phase whose deadline passed (Phase::none if none did).
   virtual Phase expired() const = 0;
   // Runs `work` while watching the client for a disconnect; returns when `work` does.
-  // WatchFrom::sent: the watch starts when `work` calls watch_now(): once its request is written
-  // upstream, or before it waits for an upstream connection. On the fast path (a pooled connection,
-  // the request written at once) the watch's first read, which finds nothing, and the half-close
-  // check then cost the request no latency: they run while the engine works. A client that left
-  // before is noticed then (the first read finds the EOF), or by a failed write.
+  // WatchFrom::sent: the watch starts when `work` calls watch_now(): when it is about to wait for
+  // the engine (its answer not there when first looked for, a stream's next bytes, a retry's pause)
+  // or for an upstream connection. On the fast path (a pooled connection, the request written at
+  // once) the watch's first read, which finds nothing, and the half-close check then cost the
+  // request no latency: they run while the engine works; an answer already there when first looked
+  // for is relayed with no watch at all (nothing waits). A client that left before is noticed then
+  // (the first read finds the EOF), or by a failed write.
   enum class WatchFrom { now, sent };
   virtual boost::asio::awaitable<void> watching(boost::asio::awaitable<void> work, WatchFrom from = WatchFrom::now) = 0;
   // A watch deferred by WatchFrom::sent starts now (no-op otherwise).

@@ -5,6 +5,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -272,6 +273,13 @@ asio::awaitable<void> Session::run() {
       early_bytes_.clear();
     }
     if (buffer_.size() == 0) {
+      // The next request is read after the worker's other ready handlers when other requests are
+      // in progress on it (asio::post queues this coroutine behind them): Asio tries every read at
+      // once, and right after an answer the client cannot have sent its next request yet, so the
+      // read would find nothing and wait in epoll for a second read. Behind a busy worker's other
+      // handlers the client has often sent it, and one read takes it. (The upstream exchange reads
+      // the engine's answer behind them for the same reason.) Alone on the worker, read at once.
+      if (!first && worker_.requests_in_progress() > 0) co_await asio::post(client_.get_executor(), asio::use_awaitable);
       if (worker_.draining()) break;
       begin_idle();
       auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);
@@ -303,6 +311,7 @@ asio::awaitable<void> Session::run() {
       break;
     }
     ActiveRequest active(gw);
+    Worker::RequestInProgress in_progress(worker_);
     const auto head_done = SteadyClock::now();
     auto& req = parser.get();
     if (static_cast<size_t>(std::distance(req.begin(), req.end())) > limits.max_header_count) {

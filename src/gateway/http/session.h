@@ -71,7 +71,9 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   // pending while a request is served. EOF or an error: the client left. Bytes: a pipelined next
   // request, kept in early_bytes_. When the request is done the read stays pending: it is also the
   // keep-alive read for the next request (run() waits for it, watch_completion), which saves the
-  // cancellation's two handler hops and a read that would find nothing per request. stop_watch
+  // cancellation's two handler hops and a read that would find nothing per request. A request that
+  // never waits for the engine (its answer already there when first looked for) starts no watch,
+  // and run() reads the next request itself (Downstream::WatchFrom). stop_watch
   // cancels it and waits until its handler has run, for when the loop must read itself (bytes
   // already here), so the connection's reads never overlap.
   void start_watch();

@@ -74,7 +74,6 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   if (!w.complete()) std::tie(wec, wn) = co_await write_rest(lease_.socket(), bufs, w);
   if (wec) co_return wec;
   sent_at_ = SteadyClock::now();
-  down_.watch_now();  // the request is upstream: watch the client from here (Downstream::WatchFrom)
   // The answer is read after the worker's other ready handlers too: the engine has just been woken
   // and cannot have answered yet, so a read now (Asio tries every read at once) would find nothing;
   // after the rest of the burst's sends it often has. 0.9 of the 3.7 recvfrom calls per small
@@ -104,8 +103,13 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
     // The head from the bytes already read (the whole of a small answer, usually); the async read
     // brings what is missing.
     boost::system::error_code ec = put_buffered(*parser_, buffer_, false);
-    if (!ec && !parser_->is_header_done())
+    if (!ec && !parser_->is_header_done()) {
+      // The engine has not answered yet: the request waits for it, so the client is watched from
+      // here (Downstream::WatchFrom::sent). An answer already here (above) is relayed without a
+      // watch: nothing waits, and the watch's first read would find nothing.
+      down_.watch_now();
       std::tie(ec, std::ignore) = co_await http::async_read_header(lease_.socket(), buffer_, *parser_, use_tuple);
+    }
     if (ec) co_return ec;
     head_read_ = true;
     const int status = parser_->status();
@@ -139,6 +143,7 @@ asio::awaitable<bool> UpstreamExchange::read(char* data, size_t size, size_t& go
     const auto gap = gap_deadline.value_or(SteadyClock::now() + deadlines_.idle_gap);
     if (deadlines_.total < gap) down_.deadline(deadlines_.total, Phase::total);
     else down_.deadline(gap, Phase::stream_gap);
+    down_.watch_now();  // waiting for the engine (a stream): watch the client (no-op once started)
     auto [e, n] = co_await http::async_read_some(lease_.socket(), buffer_, *parser_, use_tuple);
     if (e == http::error::need_buffer) e = {};
     got = size - parser_->target_left();

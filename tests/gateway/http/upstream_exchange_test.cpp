@@ -1,7 +1,8 @@
 // The upstream exchange (gateway/http/upstream_exchange.h) against a real loopback peer: the response
 // head is taken from the bytes already in the socket when send() looks (one recv, parsed in place),
 // and the async read brings whatever is missing: a head split across segments, an interim 100
-// Continue before the final head, a peer that closed before answering.
+// Continue before the final head, a peer that closed before answering. The client is watched only
+// once the exchange waits for the engine.
 #include "gateway/http/upstream_exchange.h"
 
 #include <boost/asio/co_spawn.hpp>
@@ -105,7 +106,15 @@ TEST(UpstreamExchange, AnAnswerAlreadyHereIsReadWhole) {
   f.pre = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
   const auto r = f.exchange();
   expect_answer(r, 200, "{\"ok\":true}");
-  EXPECT_EQ(f.client.watches, 1);  // the client is watched from the send on
+  EXPECT_EQ(f.client.watches, 0);  // nothing waited for the engine: the client is not watched
+}
+
+TEST(UpstreamExchange, TheClientIsWatchedWhileTheBodyIsWaitedFor) {
+  Fixture f;
+  f.pre = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";  // the head now, the body 50 ms later (a stream)
+  const auto r = f.exchange("hello");
+  expect_answer(r, 200, "hello");
+  EXPECT_GE(f.client.watches, 1);
 }
 
 TEST(UpstreamExchange, AHeadSplitAcrossSegmentsIsCompletedByTheAsyncRead) {
@@ -113,6 +122,7 @@ TEST(UpstreamExchange, AHeadSplitAcrossSegmentsIsCompletedByTheAsyncRead) {
   f.pre = "HTTP/1.1 200 OK\r\nContent-Le";  // half a head now, the rest 50 ms later
   const auto r = f.exchange("ngth: 5\r\n\r\nhello");
   expect_answer(r, 200, "hello");
+  EXPECT_GE(f.client.watches, 1);  // it waited for the rest of the head
 }
 
 TEST(UpstreamExchange, AnInterimHeadBeforeTheFinalOneIsDropped) {
@@ -126,6 +136,7 @@ TEST(UpstreamExchange, AnAnswerThatArrivesLaterIsWaitedFor) {
   Fixture f;
   const auto r = f.exchange("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy");
   expect_answer(r, 503, "busy");
+  EXPECT_GE(f.client.watches, 1);  // watched while it waited: a client that leaves then cancels it
 }
 
 TEST(UpstreamExchange, APeerThatClosedBeforeAnsweringIsAnErrorWithNothingReceived) {
