@@ -169,7 +169,12 @@ void Server::start_loops(const std::shared_ptr<PoolRuntime>& pool) {
 
 int Server::run() {
   asio::io_context control;
+  // Both signal sets exist before anything listens or "listening" is logged: a signal set installs
+  // its handler when it is made and queues a signal that comes before anything waits for it. Made
+  // after the log line, a SIGHUP sent as soon as the gateway said it was listening (a reload at
+  // start-up, as a config manager may send one) met the default action and ended the process.
   asio::signal_set signals(control, SIGINT, SIGTERM);
+  asio::signal_set hup(control, SIGHUP);
   const auto& cfg = gateway_->startup_config();
   std::atomic<bool> stop_now{false};
   std::optional<SteadyClock::time_point> drain_deadline;
@@ -206,7 +211,6 @@ int Server::run() {
 
   // SIGHUP: re-read the config file, validate it and apply it as a new generation; an invalid one
   // is refused and the current config kept (reload.h).
-  asio::signal_set hup(control, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_hup = [&](const boost::system::error_code& ec, int) {
     if (ec) return;
     if (drain_deadline) return;  // draining: nothing to reload into
