@@ -1,0 +1,1 @@
+sluice fleetsim --seed 6 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 64,96,128,160,192 --requests 12000 --workload agent_sessions,sessions=512   # source: 161ae2c

@@ -1,0 +1,1 @@
+sluice fleetsim --seed 6 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 240,480,720,960,1200 --requests 24000 --workload fan_out --arrival gamma --burstiness 0.25   # source: 161ae2c

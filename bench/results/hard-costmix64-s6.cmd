@@ -1,0 +1,1 @@
+sluice fleetsim --seed 6 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 160,320,480,640,800,960 --requests 24000 --workload cost_mix   # source: 161ae2c

@@ -1,0 +1,1 @@
+sluice fleetsim --seed 6 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 320,640,960,1280,1600 --requests 24000 --workload hot_prefix   # source: 161ae2c

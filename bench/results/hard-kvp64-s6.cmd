@@ -1,0 +1,1 @@
+sluice fleetsim --seed 6 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 240,360,480,600,720 --requests 24000 --workload kv_pressure,prefixes=9600 --kv-blocks 12000   # source: 161ae2c

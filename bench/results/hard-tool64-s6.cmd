@@ -1,0 +1,1 @@
+sluice fleetsim --seed 6 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 64 --rates 160,240,320,400,480 --requests 24000 --workload tool_agent   # source: 161ae2c
