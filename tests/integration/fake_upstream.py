@@ -10,6 +10,7 @@ forwards them):
   x-fake-split: 1             write every SSE event in two halves, the cut inside a CRLF
   x-fake-crlf: 1              end SSE lines with CRLF instead of LF
   x-fake-status: CODE         answer with this status and an OpenAI error body
+  x-fake-retry-after: S       with x-fake-status: a Retry-After of S seconds on that answer
   x-fake-close: 1             close the connection right after reading the request
   x-fake-close-after-ms: MS   answer normally (keep-alive), then silently close the connection
 With --tls-cert/--tls-key it serves HTTPS. Records every request; GET /_log returns them as JSON (method, path, headers, body, model,
@@ -95,7 +96,9 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(delay)
         if h.get("x-fake-status"):
             code = int(h["x-fake-status"])
-            self._json(code, {"error": {"message": f"fake error {code}", "type": "server_error", "param": None, "code": None}})
+            extra = {"Retry-After": h["x-fake-retry-after"]} if h.get("x-fake-retry-after") else None
+            self._json(code, {"error": {"message": f"fake error {code}", "type": "server_error", "param": None, "code": None}},
+                       extra)
             rec["completed"] = True
             return
         model = req.get("model")

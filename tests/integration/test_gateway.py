@@ -463,6 +463,38 @@ class Resilience(unittest.TestCase):
         self.assertTrue(any(r["attempts"] == 2 for r in recs), recs)
         self.assertTrue(all(r["outcome"] == "ok" for r in recs))
 
+    def test_client_leaving_during_a_retry_after_wait_ends_the_request(self):
+        # The first engine answers 503 with Retry-After: 1; the gateway waits that out before the next
+        # candidate (retry.max_retry_after, 1 s). A client that leaves during the wait ends the request
+        # then: logged client_cancelled well before the second, and no retry reaches the other engine.
+        up2 = FakeUpstream()
+        try:
+            self.gw = Gateway(SLUICE, config(self.up.port, second_endpoint=f"127.0.0.1:{up2.port}"), workers=1)
+            body = chat(TARGET).encode()
+            s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"x-request-id: leave-in-wait\r\nx-fake-status: 503\r\nx-fake-retry-after: 1\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            seen = lambda: [r for u in (self.up, up2) for r in u.log() if r["headers"].get("x-request-id") == "leave-in-wait"]
+            deadline = time.time() + 2
+            while time.time() < deadline and not seen():
+                time.sleep(0.02)
+            self.assertEqual(len(seen()), 1, "the first attempt must have reached an engine")
+            time.sleep(0.1)  # its 503 is back; the gateway is in the wait
+            s.close()
+            left = time.time()
+            rec = None
+            while time.time() < left + 2 and rec is None:
+                rec = next((r for r in self.gw.access_records() if r["id"] == "leave-in-wait"), None)
+                time.sleep(0.02)
+            self.assertIsNotNone(rec)
+            self.assertLess(time.time() - left, 0.85, "ended when the client left, not when the wait was over")
+            self.assertEqual(rec["outcome"], "client_cancelled")
+            time.sleep(1.2)
+            self.assertEqual(len(seen()), 1, "no retry after the client left")
+        finally:
+            up2.stop()
+
     def test_all_endpoints_down_is_502(self):
         self.gw = Gateway(SLUICE, config(free_port()))
         s, h, b = self.gw.request("POST", "/v1/chat/completions", chat(TARGET))
