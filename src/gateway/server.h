@@ -59,19 +59,6 @@ class Worker {
   void abort_all();     // after the drain: close every connection (this worker's thread)
   void add(Session* s) { sessions_.insert(s); }
   void remove(Session* s) { sessions_.erase(s); }
-  // Requests this worker's connections are serving (read, not yet answered): the keep-alive read
-  // waits for the worker's ready handlers while others are in progress (Session::run).
-  int requests_in_progress() const { return requests_in_progress_; }
-  class RequestInProgress {  // RAII: counts one request in requests_in_progress()
-   public:
-    explicit RequestInProgress(Worker& w) : w_(w) { ++w_.requests_in_progress_; }
-    ~RequestInProgress() { --w_.requests_in_progress_; }
-    RequestInProgress(const RequestInProgress&) = delete;
-    RequestInProgress& operator=(const RequestInProgress&) = delete;
-
-   private:
-    Worker& w_;
-  };
 
  private:
   asio::awaitable<void> accept_loop();
@@ -87,7 +74,6 @@ class Worker {
   std::unordered_set<Session*> sessions_;
   asio::steady_timer housekeeping_timer_;
   bool draining_ = false;
-  int requests_in_progress_ = 0;  // this worker's thread only
 };
 
 struct ServeOptions {

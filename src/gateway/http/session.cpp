@@ -17,6 +17,7 @@
 #include "gateway/http/http_util.h"
 #include "gateway/http/put_buffered.h"
 #include "gateway/http/request_framing.h"
+#include "gateway/http/requests_in_progress.h"
 #include "gateway/http/write_now.h"
 #include "gateway/proxy.h"
 #include "core/admission/tenants.h"
@@ -279,7 +280,7 @@ asio::awaitable<void> Session::run() {
       // read would find nothing and wait in epoll for a second read. Behind a busy worker's other
       // handlers the client has often sent it, and one read takes it. (The upstream exchange reads
       // the engine's answer behind them for the same reason.) Alone on the worker, read at once.
-      if (!first && worker_.requests_in_progress() > 0) co_await asio::post(client_.get_executor(), asio::use_awaitable);
+      if (!first && RequestInProgress::count() > 0) co_await asio::post(client_.get_executor(), asio::use_awaitable);
       if (worker_.draining()) break;
       begin_idle();
       auto [ec, n] = co_await client_.async_read_some(buffer_.prepare(4096), use_tuple);
@@ -311,7 +312,7 @@ asio::awaitable<void> Session::run() {
       break;
     }
     ActiveRequest active(gw);
-    Worker::RequestInProgress in_progress(worker_);
+    RequestInProgress in_progress;
     const auto head_done = SteadyClock::now();
     auto& req = parser.get();
     if (static_cast<size_t>(std::distance(req.begin(), req.end())) > limits.max_header_count) {

@@ -1,5 +1,6 @@
 #include "gateway/http/upstream_exchange.h"
 #include "gateway/http/put_buffered.h"
+#include "gateway/http/requests_in_progress.h"
 #include "gateway/http/write_now.h"
 
 #include <sys/socket.h>
@@ -65,9 +66,11 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   // client sockets reach the engine back to back: the engine's process is woken once for the burst,
   // not once per request. Over loopback the sender pays for waking the receiver (sock_def_readable
   // and the inter-processor interrupt: 14% of the gateway's CPU at 64 connections before, 5% after;
-  // bench/results/overhead.txt run 21). A lone request waits for nothing: the queue is empty and the
-  // send follows at once.
-  co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+  // bench/results/overhead.txt run 21). A request alone on its worker goes at once: there is no
+  // burst to join, and the post would still cost a turn of the scheduler (a zero-timeout
+  // epoll_wait) before the send (requests_in_progress.h).
+  const bool others = RequestInProgress::count() > 1;  // this request and at least one more
+  if (others) co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
   std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(body)};
   const WriteNow w = write_now(lease_.socket(), bufs);
   auto [wec, wn] = w.result();
@@ -77,8 +80,9 @@ asio::awaitable<boost::system::error_code> UpstreamExchange::send(std::string_vi
   // The answer is read after the worker's other ready handlers too: the engine has just been woken
   // and cannot have answered yet, so a read now (Asio tries every read at once) would find nothing;
   // after the rest of the burst's sends it often has. 0.9 of the 3.7 recvfrom calls per small
-  // request at 64 connections were such empty reads (overhead.txt run 21).
-  co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+  // request at 64 connections were such empty reads (overhead.txt run 21). Alone on the worker there
+  // is nothing to run meanwhile: the look below follows at once.
+  if (others) co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
   buffer_.clear();
   // Beast reads max(512, capacity - size) bytes at a time: give it room for whole relay chunks,
   // or a fast stream arrives in ~1 KB reads (one parse, one client write each).
