@@ -10,10 +10,14 @@ usage: bench/suite/with_oracle.py BIN FLEETSIM-ARGS...   (without --policy, --js
          --requests 3000 --workload tool_agent
 """
 import json
+import os
 import subprocess
 import sys
 
-POLICIES = "round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice,oracle"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import acceptance  # noqa: E402  (the other policies and the figures, as the acceptance check reads them)
+
+POLICIES = ",".join(acceptance.OTHERS + ["sluice", "oracle"])
 
 
 def main():
@@ -24,13 +28,13 @@ def main():
     by = {}
     for line in out.splitlines():
         r = json.loads(line)
-        by.setdefault(r["offered_rate"], {})[r["policy"]] = r["figures"]
+        by.setdefault(r["offered_rate"], {})[r["policy"]] = r
     for rate in sorted(by):
         f = by[rate]
-        others = [k for k in f if k not in ("sluice", "oracle")]
-        p90 = {k: v["ttft_s"]["p90"] * 1000 for k, v in f.items()}
-        mean = {k: v["ttft_s"]["mean"] * 1000 for k, v in f.items()}
-        gp = {k: v["goodput_rps"] for k, v in f.items()}
+        others = [k for k in acceptance.OTHERS if k in f]
+        p90 = {k: acceptance.p90(r) * 1000 for k, r in f.items()}
+        mean = {k: r["figures"]["ttft_s"]["mean"] * 1000 for k, r in f.items()}
+        gp = {k: acceptance.gp(r) for k, r in f.items()}
         best = min(others, key=lambda k: p90[k])
         bm = min(mean[k] for k in others)
         bg = max(gp[k] for k in others)
