@@ -13,6 +13,8 @@
   8. bench/suite/replace_rows.py replaces one policy's rows with a rerun's, and refuses a rerun that
      lacks a rate the file had (a file made by two commands would lose the other's rows).
   9. bench/suite/with_oracle.py's ratios are those of the same fleetsim sweep's figures.
+ 10. bench/suite/slow_causes.py sorts slow requests by cause (a hand-made trace with one of each),
+     and its causes account for every slow request of a fleetsim trace.
 
 Run: python3 tests/integration/test_bench.py --sluice build/sluice
 """
@@ -191,6 +193,51 @@ def test_p90_noise_percentile(sluice):
     log("ok: p90_noise.py's percentile is fleetsim's")
 
 
+def test_slow_causes(sluice):
+    """bench/suite/slow_causes.py's classify(): one request of each cause in a hand-made trace (two
+    replicas, groups a and b), then on a real fleetsim trace the causes add up to the slow requests."""
+    import os
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.join(root, "bench", "suite"))
+    import slow_causes
+
+    def req(i, group, at, endpoint, cached, ttft, tokens=1000):
+        return {"id": i, "group": group, "arrival_ms": at, "queue_ms": 0.0, "endpoint": endpoint,
+                "input_tokens": tokens, "engine_cached_tokens": cached, "ttft_ms": ttft}
+    trace = [
+        req(1, "a", 0, 0, 0, 300),       # first of a: cold everywhere
+        req(2, "a", 400, 0, 900, 20),    # warm, fast
+        req(3, "b", 500, 0, 0, 300),     # first of b, on replica 0: a cold prefill until 800
+        req(4, "a", 600, 0, 900, 220),   # warm but behind b's cold prefill: blocked (by a first)
+        req(5, "a", 900, 1, 0, 310),     # a again, cold on replica 1: cold again
+        req(6, "a", 1300, 0, 900, 150),  # warm, nothing cold in front: warm (a queue)
+        req(7, "b", 1400, 0, 900, 30),   # warm, fast
+    ]
+    causes, by_first, on_busy = slow_causes.classify(trace, 100)
+    want = {"first": 2, "blocked": 1, "warm": 1, "cold again": 1}
+    check(dict(causes) == want, f"slow_causes.classify: {dict(causes)}, expected {want}")
+    check(by_first == 1, f"blocked by a first: {by_first}")
+    check(on_busy == 1.0, f"first-of-group prefills on the busier half: {on_busy}")  # replica 0 served 6 of 7
+    causes, _, _ = slow_causes.classify(trace, 250)
+    check(dict(causes) == {"first": 2, "cold again": 1}, f"over 250 ms: {dict(causes)}")
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.jsonl")
+        run_json([sluice, "fleetsim", "--policy", "cache_aware", "--replicas", "4", "--workload", "tool_agent",
+                  "--rates", "20", "--requests", "400", "--json", "--trace", path])
+        rs = [json.loads(line) for line in open(path)]
+        rs = [r for r in rs if r.get("status") == 200]
+    threshold = 50.0
+    causes, by_first, _ = slow_causes.classify(rs, threshold)
+    slow = sum(r["ttft_ms"] > threshold for r in rs)
+    check(slow > 0 and sum(causes.values()) == slow, f"causes {dict(causes)} against {slow} slow requests")
+    groups = len({r["group"] for r in rs})
+    check(0 < causes["first"] <= groups, f"slow first requests {causes['first']} of {groups} groups: {dict(causes)}")
+    check(by_first <= causes["blocked"], f"blocked by a first {by_first} > blocked {causes['blocked']}")
+    log("ok: slow_causes.py sorts the slow requests by cause")
+
+
 class Sim:
     def __init__(self, sluice, replicas):
         self.proc = subprocess.Popen([sluice, "sim", "--replicas", str(replicas), "--base-port", "0",
@@ -315,6 +362,7 @@ def main():
     test_replace_rows(a.sluice)
     test_with_oracle(a.sluice)
     test_p90_noise_percentile(a.sluice)
+    test_slow_causes(a.sluice)
     test_live(a.sluice)
     test_failures(a.sluice)
     test_tenant_gateway(a.sluice)
