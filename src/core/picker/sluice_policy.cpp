@@ -159,7 +159,11 @@ struct PrefillTerms {
   // The time our prefill adds to the steps it shares (free under the weight-read floor).
   t.stall = std::max(p.w_ms, p.beta_ms * (U + D)) - std::max(p.w_ms, p.beta_ms * D) + attention;
   const double stall = t.stall;
-  // Our prefill's share of the steps the others run in.
+  // Our prefill's share of the steps the others run in. An idle endpoint (B = 0) is priced 0, the
+  // requests that will arrive during the stall too: pricing those (lambda x stall^2 / 2, as below)
+  // fixed 3 of the committed hard suite's losing rates and broke 13 (agent sessions at 32 replicas:
+  // busy holders then looked relatively cheaper; bench/results/README.md round 34,
+  // bench/results/experiments/round34-idle-arrivals.diff).
   if (U > 0 && B > 0) {
     if (p.decode_price == 2) {
       // The queue's TTFT in ms; the decoders' tokens only by the lag it adds: a stall spread over

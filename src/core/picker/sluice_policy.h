@@ -64,7 +64,9 @@
 //             adds to the steps it shares; free under the weight-read floor), o = 2 R / B (a decoder's
 //             output, about twice what it has left): the queue and the requests arriving during
 //             the stall (lambda x stall of them, waiting stall / 2 on average) pay it in TTFT; each
-//             decoder only by the lag it adds to its mean ITL. lambda = requests dispatched per ms to
+//             decoder only by the lag it adds to its mean ITL. All of it only where the batch is not
+//             empty (B > 0): an idle endpoint's arrivals priced the same way lost more rates of the
+//             hard suite than they won (round 34). lambda = requests dispatched per ms to
 //             this endpoint: its own input tokens per ms (smoothed over ~2 s) / the mean prompt,
 //             shrunk toward the pool's mean by its sample size: (n x own + pool) / (n + 1), n =
 //             own x 2000 ms (the requests its average holds; the pool's mean counts as one).
