@@ -23,7 +23,7 @@ struct Flags {
   std::vector<std::string> policy_params;
   WorkloadOptions w{.rates = {4.0}, .concurrency = 16, .requests = 1000};
   std::string profile = std::string(engine::kDefaultProfile);
-  int64_t kv_blocks = 0, max_num_seqs = 0, max_num_batched_tokens = 0;
+  int64_t kv_blocks = 0, max_num_seqs = 0, max_num_batched_tokens = 0, long_prefill_token_threshold = 0;
   int max_loras = 4;
   double lora_load_ms = 30, jitter = 0;
   std::string prefix_caching = "on";
@@ -54,6 +54,7 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   if (f.kv_blocks > 0) c.engine.num_blocks = f.kv_blocks;
   if (f.max_num_seqs > 0) c.engine.max_num_seqs = f.max_num_seqs;
   if (f.max_num_batched_tokens > 0) c.engine.max_num_batched_tokens = f.max_num_batched_tokens;
+  c.engine.long_prefill_token_threshold = f.long_prefill_token_threshold;
   c.engine.max_loras = f.max_loras;
   c.engine.lora_load_ms = f.lora_load_ms;
   c.engine.cost.jitter_sigma = f.jitter;
@@ -237,6 +238,9 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--kv-blocks", flags->kv_blocks, "KV blocks per replica (default: profile's)");
   cmd->add_option("--max-num-seqs", flags->max_num_seqs, "Max running sequences per replica");
   cmd->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "Token budget per step");
+  cmd->add_option("--long-prefill-token-threshold", flags->long_prefill_token_threshold,
+                  "At most this many of a step's tokens for one prefill, as vLLM's option (0: no cap, its default)")
+      ->capture_default_str();
   cmd->add_option("--max-loras", flags->max_loras, "LoRA adapters resident at once")->capture_default_str();
   cmd->add_option("--lora-load-ms", flags->lora_load_ms, "Adapter load latency")->capture_default_str();
   cmd->add_option("--jitter", flags->jitter, "Log-normal sigma of step-time jitter")->capture_default_str();

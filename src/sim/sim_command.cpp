@@ -26,7 +26,7 @@ struct SimFlags {
   std::string host = "127.0.0.1";
   double time_scale = 1.0;
   std::string profile{engine::kDefaultProfile};
-  int64_t kv_blocks = 0, max_num_seqs = 0, max_num_batched_tokens = 0, max_model_len = 0;
+  int64_t kv_blocks = 0, max_num_seqs = 0, max_num_batched_tokens = 0, max_model_len = 0, long_prefill_token_threshold = 0;
   int max_loras = 4;
   double lora_load_ms = 30;
   std::string model = "meta-llama/Llama-3.1-8B-Instruct";
@@ -67,6 +67,7 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
   if (f.max_num_seqs) ec.max_num_seqs = f.max_num_seqs;
   if (f.max_num_batched_tokens) ec.max_num_batched_tokens = f.max_num_batched_tokens;
   if (f.max_model_len) ec.max_model_len = f.max_model_len;
+  ec.long_prefill_token_threshold = f.long_prefill_token_threshold;
   ec.max_loras = f.max_loras;
   ec.lora_load_ms = f.lora_load_ms;
   ec.cost.jitter_sigma = f.jitter;
@@ -192,6 +193,9 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--max-num-seqs", flags->max_num_seqs, "Max running sequences (default: profile's)");
   cmd->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "Token budget per step");
   cmd->add_option("--max-model-len", flags->max_model_len, "Context length limit");
+  cmd->add_option("--long-prefill-token-threshold", flags->long_prefill_token_threshold,
+                  "At most this many of a step's tokens for one prefill, as vLLM's option (0: no cap, its default)")
+      ->capture_default_str();
   cmd->add_option("--max-loras", flags->max_loras, "LoRA adapters resident at once (0 disables LoRA)")
       ->capture_default_str();
   cmd->add_option("--lora-load-ms", flags->lora_load_ms, "Adapter load latency")->capture_default_str();

@@ -43,6 +43,8 @@ std::string EngineConfig::validate() const {
   if (max_num_seqs <= 0) return "max_num_seqs must be positive";
   if (max_num_batched_tokens <= 0) return "max_num_batched_tokens must be positive";
   if (max_model_len <= 1) return "max_model_len must be > 1";
+  if (long_prefill_token_threshold < 0) return "long_prefill_token_threshold must be >= 0";
+  if (long_prefill_token_threshold > max_model_len) return "long_prefill_token_threshold must be <= max_model_len";
   if (max_loras < 0) return "max_loras must be >= 0";
   if (lora_load_ms < 0) return "lora_load_ms must be >= 0";
   if (cost.jitter_sigma < 0 || cost.jitter_sigma > 2) return "jitter sigma must be within [0, 2]";
@@ -200,6 +202,11 @@ size_t Engine::pick_victim(size_t first_unscheduled) const {
 
 std::optional<Duration> Engine::begin_step(Time now) {
   if (in_flight_) return std::nullopt;
+  // A prefill's tokens this step: at most long_prefill_token_threshold (when set), as vLLM's
+  // scheduler caps num_new_tokens for running and waiting requests alike. A decode (1 token) is
+  // never capped.
+  const int64_t cap = cfg_.long_prefill_token_threshold;
+  const auto capped = [cap](int64_t tokens) { return cap > 0 && tokens > cap ? cap : tokens; };
   scheduled_.clear();
   step_preemptions_ = 0;
   int64_t budget = cfg_.max_num_batched_tokens;
@@ -208,7 +215,7 @@ std::optional<Duration> Engine::begin_step(Time now) {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
     const int64_t need = (r->embedding ? r->prompt_len : static_cast<int64_t>(r->tokens.size())) - r->num_computed;
-    const int64_t n = std::min(need, budget);
+    const int64_t n = std::min(capped(need), budget);
     if (n <= 0) { ++i; continue; }
     bool self_preempted = false;
     while (!r->embedding && !blocks_.allocate_slots(r->blocks, {}, 0, r->num_computed + n)) {
@@ -239,7 +246,7 @@ std::optional<Duration> Engine::begin_step(Time now) {
         hit_blocks = blocks_.cached_prefix_blocks(r->hashes, max_hit);
       }
       const int64_t hit_tokens = hit_blocks * cfg_.block_size;
-      const int64_t n = std::min(ntok - hit_tokens, budget);
+      const int64_t n = std::min(capped(ntok - hit_tokens), budget);
       if (!r->embedding && !blocks_.allocate_slots(r->blocks, r->hashes, hit_blocks, hit_tokens + n)) break;
       if (!r->adapter.empty()) {
         if (lora_.admit(r->adapter, ++lora_tick_, in_use)) { ++lora_loads; ++counters_.lora_loads; }

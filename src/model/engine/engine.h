@@ -7,6 +7,8 @@
 //      running request (priority mode: the worst (priority, arrival)) not yet scheduled this step
 //      is preempted: its blocks are freed, it goes back to the head of the waiting queue and
 //      recomputes later (usually hitting its own cached blocks).
+//   With long_prefill_token_threshold > 0, a prefill's share of a step (1. and 2.) is capped at it:
+//   a long prompt's chunks leave budget for the short prefills queued behind it.
 //   2. If nothing was preempted, waiting requests in queue order (FCFS, or lowest `priority` then
 //      arrival in priority mode), while running < max_num_seqs and budget remains. A request whose
 //      LoRA adapter cannot get a slot is skipped (later ones may pass); one whose blocks cannot be
@@ -62,6 +64,10 @@ struct EngineConfig {
   int block_size = kDefaultBlockSize;
   int64_t max_num_seqs = 1024;
   int64_t max_num_batched_tokens = 8192;
+  // vLLM's long_prefill_token_threshold: a prefill takes at most this many tokens of a step (running
+  // and waiting requests alike), so a long one leaves budget for the requests behind it. 0 = no cap
+  // (vLLM's default unless max_num_partial_prefills > 1, which sets 4% of max_model_len).
+  int64_t long_prefill_token_threshold = 0;
   int64_t max_model_len = 131072;
   bool prefix_caching = true;
   bool embedding = false;  // pooling model: every request is prefill-only, no KV reuse

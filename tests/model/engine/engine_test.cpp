@@ -178,6 +178,40 @@ TEST(EngineScheduler, ChunkedPrefillWithinTokenBudget) {
   EXPECT_EQ(steps_before_first, 4);  // 32 + 32 + 32 + 4
 }
 
+
+// A short prompt queued behind a long one: without a cap the long prefill takes each step's whole
+// budget and the short one waits for all of it; with long_prefill_token_threshold the long one takes
+// at most that many tokens a step and the short one is prefilled in the first step beside it.
+TEST(EngineScheduler, LongPrefillTokenThresholdLetsAShortPrefillThrough) {
+  const auto first_token_step = [](int64_t threshold) {
+    auto c = small_config();
+    c.max_num_batched_tokens = 64;
+    c.long_prefill_token_threshold = threshold;
+    Engine e(c);
+    e.submit(req(1, 600, 2), Time{});         // long: 600 tokens
+    e.submit(req(2, 20, 2, 5000), Time{});    // short, other tokens, queued behind it
+    Time now{};
+    std::map<RequestId, int> first;
+    for (int step = 1; e.has_work() && step < 1000; ++step) {
+      auto r = e.step(now);
+      now = r.end;
+      EXPECT_LE(r.shape.num_tokens, 64);
+      for (auto& o : r.outputs) first.emplace(o.id, step);
+    }
+    return first;
+  };
+  const auto off = first_token_step(0);
+  EXPECT_EQ(off.at(1), 10);  // 600 / 64: 9 full steps and 24 tokens in the 10th
+  EXPECT_EQ(off.at(2), 10);  // ... where the short one gets the 40 left: it waited the whole prefill
+  const auto on = first_token_step(32);
+  EXPECT_EQ(on.at(2), 1);    // 32 for the long one, 20 for the short one, in the first step
+  EXPECT_EQ(on.at(1), 19);   // 600 / 32: 18 full steps and 24 tokens
+  EngineConfig bad = small_config();
+  bad.long_prefill_token_threshold = -1;
+  EXPECT_FALSE(bad.validate().empty());
+  bad.long_prefill_token_threshold = bad.max_model_len + 1;
+  EXPECT_FALSE(bad.validate().empty());
+}
 TEST(EngineScheduler, MaxNumSeqsAndRunningFirst) {
   auto c = small_config();
   c.max_num_seqs = 2;
