@@ -15,6 +15,8 @@
   9. bench/suite/with_oracle.py's ratios are those of the same fleetsim sweep's figures.
  10. bench/suite/slow_causes.py sorts slow requests by cause (a hand-made trace with one of each),
      and its causes account for every slow request of a fleetsim trace.
+ 11. fleetsim's --long-prefill-token-threshold reaches the engines (long prompts take more, smaller
+     steps), and a negative one is refused with a message.
 
 Run: python3 tests/integration/test_bench.py --sluice build/sluice
 """
@@ -238,6 +240,22 @@ def test_slow_causes(sluice):
     log("ok: slow_causes.py sorts the slow requests by cause")
 
 
+def test_long_prefill_cap(sluice):
+    def run(cap):
+        return run_json([sluice, "fleetsim", "--policy", "round_robin", "--replicas", "2", "--workload", "tool_agent",
+                         "--rates", "4", "--requests", "120", "--json", "--long-prefill-token-threshold", str(cap)])[0]
+    off, on = run(0), run(1024)
+    # 8k-16k-token prompts: at least 8 steps each with the cap, 1-2 without (decode steps are shared).
+    check(on["fleet"]["steps"] > off["fleet"]["steps"] * 1.1,
+          f"steps with a 1,024-token cap {on['fleet']['steps']} against {off['fleet']['steps']} without")
+    check(on["figures"]["ok"] == off["figures"]["ok"] == 120, f"requests served: {on['figures']['ok']}, {off['figures']['ok']}")
+    p = subprocess.run([sluice, "fleetsim", "--requests", "10", "--long-prefill-token-threshold", "-5"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode != 0 and "long_prefill_token_threshold must be >= 0" in p.stdout + p.stderr,
+          f"a negative cap: {p.returncode} {p.stdout[-300:]} {p.stderr[-300:]}")
+    log("ok: fleetsim's long-prefill cap reaches the engines")
+
+
 class Sim:
     def __init__(self, sluice, replicas):
         self.proc = subprocess.Popen([sluice, "sim", "--replicas", str(replicas), "--base-port", "0",
@@ -363,6 +381,7 @@ def main():
     test_with_oracle(a.sluice)
     test_p90_noise_percentile(a.sluice)
     test_slow_causes(a.sluice)
+    test_long_prefill_cap(a.sluice)
     test_live(a.sluice)
     test_failures(a.sluice)
     test_tenant_gateway(a.sluice)
