@@ -17,11 +17,13 @@ served the most requests (over the run) and the share of the first-of-group pref
 usage: bench/suite/slow_causes.py BIN CELL RATE [CELL RATE ...]
   e.g. bench/suite/slow_causes.py build-release/sluice hard-tool8-s5 20
   CELL names bench/results/CELL.cmd (its flags are reused; --policy, --rates, --trace replaced).
-  Env: BASE (bench/results: where CELL.cmd is).
+  Env: BASE (bench/results: where CELL.cmd is), EXTRA (more fleetsim arguments for every policy's run,
+  e.g. EXTRA='--long-prefill-token-threshold 2048').
 """
 import collections
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -79,7 +81,8 @@ def main():
     for cell, rate in zip(sys.argv[2::2], sys.argv[3::2]):
         with tempfile.TemporaryDirectory() as tmp:
             trace = os.path.join(tmp, "trace.jsonl")
-            subprocess.run(command_of(os.path.join(base, cell + ".cmd"), binary, rate, trace), check=True,
+            command = command_of(os.path.join(base, cell + ".cmd"), binary, rate, trace) + shlex.split(os.environ.get("EXTRA", ""))
+            subprocess.run(command, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             by_policy = collections.defaultdict(list)
             for line in open(trace):
