@@ -34,6 +34,10 @@ from p90_noise import command_of, p90  # noqa: E402
 CAUSES = ("first", "blocked", "warm", "cold again")
 
 
+def served_cold(r):
+    return r["engine_cached_tokens"] * 2 < r["input_tokens"]
+
+
 def classify(records, threshold_ms):
     """records: one policy's trace lines (status 200). Returns (causes Counter over the requests slower
     than threshold_ms, blocked behind a first-of-group prefill, share of first-of-group prefills on the
@@ -44,7 +48,7 @@ def classify(records, threshold_ms):
         if r["group"] not in seen:
             first_ids.add(r["id"])
         seen.add(r["group"])
-        if r["engine_cached_tokens"] * 2 < r["input_tokens"]:
+        if served_cold(r):
             cold_by_endpoint[r["endpoint"]].append(r)
     causes, by_first = collections.Counter(), 0
     for r in rs:
@@ -52,12 +56,14 @@ def classify(records, threshold_ms):
             continue
         if r["id"] in first_ids:
             causes["first"] += 1
-        elif r["engine_cached_tokens"] * 2 < r["input_tokens"]:
+        elif served_cold(r):
             causes["cold again"] += 1
         else:
-            a = r["arrival_ms"]
+            # On the replica from its dispatch (arrival + gateway queue) to its first token (ttft_ms
+            # counts from arrival, the queue included): a cold request there over that time is ahead.
+            at = r["arrival_ms"] + r["queue_ms"]
             ahead = [c for c in cold_by_endpoint[r["endpoint"]]
-                     if c["id"] != r["id"] and c["arrival_ms"] <= a < c["arrival_ms"] + c["queue_ms"] + c["ttft_ms"]]
+                     if c["id"] != r["id"] and c["arrival_ms"] + c["queue_ms"] <= at < c["arrival_ms"] + c["ttft_ms"]]
             if ahead:
                 causes["blocked"] += 1
                 by_first += any(c["id"] in first_ids for c in ahead)

@@ -223,6 +223,16 @@ def test_slow_causes(sluice):
     check(on_busy == 1.0, f"first-of-group prefills on the busier half: {on_busy}")  # replica 0 served 6 of 7
     causes, _, _ = slow_causes.classify(trace, 250)
     check(dict(causes) == {"first": 2, "cold again": 1}, f"over 250 ms: {dict(causes)}")
+    # Times on the replica run from dispatch (arrival + gateway queue) to the first token (counted from
+    # arrival): b's first request queued 200 ms at the gateway is on replica 0 from 700 to 800, so a
+    # warm request dispatched at 650 is not behind it, one dispatched at 750 is.
+    queued = [dict(r, queue_ms=200.0) if r["id"] == 3 else r for r in trace]
+    queued[3] = dict(queued[3], arrival_ms=650.0)
+    causes, _, _ = slow_causes.classify(queued, 100)
+    check(causes["blocked"] == 0 and causes["warm"] == 2, f"dispatched before the queued prefill: {dict(causes)}")
+    queued[3] = dict(queued[3], arrival_ms=650.0, queue_ms=100.0)
+    causes, _, _ = slow_causes.classify(queued, 100)
+    check(causes["blocked"] == 1, f"dispatched during the queued prefill: {dict(causes)}")
 
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "trace.jsonl")
