@@ -162,6 +162,10 @@ class Simulation {
     for (size_t i = 0; i < cfg.replicas; ++i) {
       auto ec = cfg.engine;
       ec.seed = cfg.engine.seed + i * 7919;
+      if (i + cfg.slow_replicas >= cfg.replicas) {
+        engine::CostParams& c = ec.cost;
+        for (double* term : {&c.c0_ms, &c.w_ms, &c.beta_ms, &c.delta_ms, &c.gamma_ms, &c.eps_ms}) *term *= cfg.slow_factor;
+      }
       replicas_.push_back(Replica{std::make_unique<engine::Engine>(ec), {}, {}, {}, 0});
       if (cfg.kv_events) replicas_.back().engine->enable_kv_events(true);
     }
@@ -672,6 +676,8 @@ std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg) {
   if (auto e = cfg.engine.validate(); !e.empty()) return "engine: " + e;
   if (cfg.scrape_interval <= Duration::zero()) return std::string("scrape interval must be positive");
   if (cfg.gateways < 1 || cfg.gateways > 64) return std::string("gateways must be in [1, 64]");
+  if (cfg.slow_replicas > cfg.replicas) return std::string("slow replicas must be at most the replicas");
+  if (!(cfg.slow_factor >= 0.1 && cfg.slow_factor <= 100)) return std::string("slow factor must be in [0.1, 100]");
   if (cfg.kv_event_delay < Duration::zero()) return std::string("kv event delay must be >= 0");
   if (cfg.share_load && (cfg.share_load_interval <= Duration::zero() || cfg.share_load_delay < Duration::zero()))
     return std::string("share-load interval must be > 0 and its delay >= 0");
@@ -708,6 +714,7 @@ std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
   append_json_string(out, r.workload_description);
   out += ",\"arrivals\":";
   append_json_string(out, cfg.arrivals.describe());
+  if (cfg.slow_replicas > 0) out += fmt::format(",\"slow_replicas\":{},\"slow_factor\":{:g}", cfg.slow_replicas, cfg.slow_factor);
   out += fmt::format(",\"offered_rate\":{},", cfg.arrivals.kind == workload::ArrivalKind::concurrency ? 0.0 : cfg.arrivals.rate);
   out += fmt::format("\"fleet\":{{\"prefix_hit_rate\":{:.6g},\"preemptions\":{},\"picks_min\":{},\"picks_max\":{},"
                      "\"mean_kv_usage\":{:.6g},\"steps\":{},\"virtual_s\":{:.6g},\"wall_s\":{:.6g},"

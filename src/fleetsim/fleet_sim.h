@@ -60,6 +60,12 @@ namespace sluice::fleetsim {
 struct FleetConfig {
   size_t replicas = 8;
   engine::EngineConfig engine;           // every replica (seed varied per replica)
+  // A mixed fleet: the last `slow_replicas` replicas run every step `slow_factor` times longer (an
+  // older GPU generation in the same pool: every term of the step time scaled alike), with the same
+  // KV capacity and the same reported cache config, so the gateway learns the difference only from
+  // how they serve.
+  size_t slow_replicas = 0;
+  double slow_factor = 1.0;
   std::string policy = "sluice";         // a policy_factory name, or "oracle"
   std::map<std::string, double> policy_params;
   Duration scrape_interval = std::chrono::milliseconds(50);

@@ -26,6 +26,8 @@ struct Flags {
   int64_t kv_blocks = 0, max_num_seqs = 0, max_num_batched_tokens = 0, long_prefill_token_threshold = 0;
   int max_loras = 4;
   double lora_load_ms = 30, jitter = 0;
+  size_t slow_replicas = 0;
+  double slow_factor = 2.0;
   std::string prefix_caching = "on";
   double scrape_ms = 50, stale_ms = 500;
   int max_in_flight = 0;
@@ -48,6 +50,10 @@ struct Flags {
 std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   fleetsim::FleetConfig c;
   c.replicas = f.replicas;
+  if (f.slow_replicas > f.replicas) return std::string("--slow-replicas must be at most --replicas");
+  if (!(f.slow_factor >= 0.1 && f.slow_factor <= 100)) return std::string("--slow-factor must be in [0.1, 100]");
+  c.slow_replicas = f.slow_replicas;
+  c.slow_factor = f.slow_replicas > 0 ? f.slow_factor : 1.0;
   auto prof = engine::find_profile(f.profile);
   if (!prof) return "unknown profile '" + f.profile + "'";
   c.engine = engine::EngineConfig::from_profile(*prof);
@@ -240,6 +246,12 @@ void add_fleetsim_command(CLI::App& app) {
   cmd->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "Token budget per step");
   cmd->add_option("--long-prefill-token-threshold", flags->long_prefill_token_threshold,
                   "At most this many of a step's tokens for one prefill, as vLLM's option (0: no cap, its default)")
+      ->capture_default_str();
+  cmd->add_option("--slow-replicas", flags->slow_replicas,
+                  "A mixed fleet: this many of the replicas (the last ones) run every step --slow-factor times longer, "
+                  "an older GPU generation in the same pool (same KV capacity and cache config)")
+      ->capture_default_str();
+  cmd->add_option("--slow-factor", flags->slow_factor, "With --slow-replicas: their step-time multiplier")
       ->capture_default_str();
   cmd->add_option("--max-loras", flags->max_loras, "LoRA adapters resident at once")->capture_default_str();
   cmd->add_option("--lora-load-ms", flags->lora_load_ms, "Adapter load latency")->capture_default_str();

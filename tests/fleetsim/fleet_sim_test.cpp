@@ -88,6 +88,55 @@ TEST(FleetSim, TraceHasOneLinePerRequestAndChangesNothing) {
   }
 }
 
+// A mixed fleet: the last replicas run their steps slow_factor times longer (everything else equal).
+// Under round robin (each replica gets the same requests), their requests' end-to-end times are
+// about that much longer, and the first replicas' are as in a uniform fleet.
+TEST(FleetSim, AMixedFleetsSlowReplicasServeSlower) {
+  auto uniform = small_fleet("round_robin");
+  uniform.trace = 1;
+  auto mixed = uniform;
+  mixed.slow_replicas = 2;
+  mixed.slow_factor = 3;
+  const auto per_endpoint_e2e = [](const FleetResult& r) {
+    std::map<int64_t, std::pair<double, int>> sum;
+    std::istringstream in(r.trace);
+    simdjson::dom::parser parser;
+    for (std::string line; std::getline(in, line);) {
+      simdjson::dom::element e;
+      EXPECT_EQ(parser.parse(line).get(e), simdjson::SUCCESS) << line;
+      auto& [ms, n] = sum[int64_t(e["endpoint"])];
+      ms += double(e["e2e_ms"]);
+      n += 1;
+    }
+    std::map<int64_t, double> mean;
+    for (const auto& [endpoint, s] : sum) mean[endpoint] = s.first / s.second;
+    return mean;
+  };
+  const auto u = per_endpoint_e2e(run_ok(uniform));
+  const auto m = per_endpoint_e2e(run_ok(mixed));
+  ASSERT_EQ(u.size(), 4u);
+  ASSERT_EQ(m.size(), 4u);
+  for (int64_t i : {0, 1}) EXPECT_NEAR(m.at(i), u.at(i), 0.1 * u.at(i)) << i;
+  for (int64_t i : {2, 3}) {
+    EXPECT_GT(m.at(i), 2.5 * u.at(i)) << i;
+    EXPECT_LT(m.at(i), 3.5 * u.at(i)) << i;
+  }
+  // A least-loaded policy sends the slow replicas less (they hold each request longer).
+  mixed.policy = "least_request";
+  mixed.trace = 0;
+  const auto lr = run_ok(mixed);
+  EXPECT_EQ(lr.figures.ok, 400u);
+  EXPECT_LT(lr.picks_min, 90);
+  EXPECT_GT(lr.picks_max, 110);
+  // Out of range: more slow replicas than replicas, a factor of 0.
+  auto bad = small_fleet("sluice");
+  bad.slow_replicas = 5;
+  EXPECT_TRUE(std::holds_alternative<std::string>(run_fleet(bad)));
+  bad.slow_replicas = 1;
+  bad.slow_factor = 0;
+  EXPECT_TRUE(std::holds_alternative<std::string>(run_fleet(bad)));
+}
+
 TEST(FleetSim, DeterministicForASeed) {
   auto a = run_ok(small_fleet("sluice"));
   auto b = run_ok(small_fleet("sluice"));
