@@ -12,6 +12,8 @@
 #        hot-surge<N>-s<SEED>)
 #        (no suite: llmd8 llmd64 sglang8 sglang64 mixes; mixes includes tenants)
 #        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
+#        MIXED=F: the hard parts on a mixed fleet, half the replicas F times slower (fleetsim's
+#        --slow-replicas N/2 --slow-factor F); files mixed-<part>-s<SEED>
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
 #        ONLY=p1,p2: rerun just these policies (those of them each run has) and replace their rows in
 #        the existing <name>.json (the other policies' rows are kept; the .md then names both commands)
@@ -54,6 +56,10 @@ hard() {
   fi
   if [ "$part" = surge ]; then
     name="hot-surge$n-s$SEED" title="A surge on the hot prefix (10% -> 70% -> 10%), KV under pressure: $n replicas, seed $SEED"
+  fi
+  if [ -n "${MIXED:-}" ]; then
+    name="mixed-$part$n-s$SEED" title="$title; a mixed fleet: $((n / 2)) of the replicas ${MIXED}x slower"
+    set -- "$@" --slow-replicas $((n / 2)) --slow-factor "$MIXED"
   fi
   run "$name" "$title" --policy "$HARD" --replicas "$n" \
     --rates "$rates" --requests "$reqs" "$@"

@@ -88,6 +88,16 @@ struct HotPrefix {
   size_t holders = 0;
 };
 
+// One prefill as the gateway saw it (PoolRouter::move_to_decode): the request was the head of the
+// endpoint's own prefill queue for `elapsed_ms` (from its dispatch, or the first token of the request
+// before it, to its own first token) with `tokens` uncached tokens and `pairs` attention pairs, while
+// `decoding` of the own requests decoded there, reading `kv_read` context tokens, and `behind`
+// uncached tokens of the own requests queued behind it (which the engine schedules into the same
+// steps, up to its token budget).
+struct PrefillSample {
+  double tokens = 0, pairs = 0, elapsed_ms = 0, decoding = 0, kv_read = 0, behind = 0;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -97,6 +107,9 @@ class Policy {
                     std::vector<Candidate>& out) = 0;
   // The request was dispatched to `endpoint` (an index into the pool's endpoints).
   virtual void on_dispatch(const PickRequest& req, size_t endpoint, Time now) {}
+  // The head of `endpoint`'s own prefill queue passed its first token at `now`: how long it was the
+  // head, and what it prefilled beside what (PrefillSample). A policy may learn the endpoint's pace.
+  virtual void on_prefill_done(size_t endpoint, const PrefillSample& sample, Time now) {}
   // The request was refused on the policy's advice (shed_advised; `advised`: its first candidate):
   // told to come back later.
   virtual void on_shed(const Candidate& advised, Time now) {}

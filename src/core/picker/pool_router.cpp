@@ -216,6 +216,18 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
 void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now) {
   std::lock_guard lock(mu_);
   last_now_ = std::max(last_now_, now);
+  Endpoint& ep = endpoints_[endpoint];
+  // The head's first token, at a known time: how long it was the head is its prefill's pace here.
+  if (now != Time::min() && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq && now > ep.load.prefill_head_since) {
+    PrefillSample s;
+    s.tokens = static_cast<double>(std::max<int64_t>(0, prefill));
+    s.pairs = std::max(0.0, pairs);
+    s.elapsed_ms = to_millis(now - ep.load.prefill_head_since);
+    s.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
+    s.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
+    s.behind = static_cast<double>(std::max<int64_t>(0, ep.load.prefill_tokens - prefill));
+    policy_->on_prefill_done(endpoint, s, now);
+  }
   leave_prefill_queue(endpoints_[endpoint], seq, last_now_);
   endpoints_[endpoint].load.prefill_tokens -= prefill;
   endpoints_[endpoint].load.prefill_pairs = std::max(0.0, endpoints_[endpoint].load.prefill_pairs - pairs);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "core/cpu_clones.h"
 #include "core/picker/ranking.h"
 #include "core/picker/scorers/adapter_locality.h"
@@ -357,6 +359,16 @@ double SluicePolicy::output_of(const PickRequest& req) const {
 // miss_price 0: an endpoint where the request would miss its SLO scores below every endpoint where
 // it would not (the hard tier).
 constexpr double kMissesSlo = 1e12;
+// p's step-time terms (c0, W, beta, delta, gamma, eps) times `pace`, into `out` (its other fields p's).
+static void scale_step_terms(const SluiceParams& p, double pace, SluiceParams& out) {
+  out.c0_ms = p.c0_ms * pace;
+  out.w_ms = p.w_ms * pace;
+  out.beta_ms = p.beta_ms * pace;
+  out.delta_ms = p.delta_ms * pace;
+  out.gamma_ms = p.gamma_ms * pace;
+  out.eps_ms = p.eps_ms * pace;
+}
+
 // The copy credit's horizon: the demand for a prefix is forecast 2 tau ahead (header, copy_credit_ms).
 constexpr double kCopyHorizonMs = 2 * PrefixDemand::kTauMs;
 
@@ -416,10 +428,15 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   double pace_sum = 0;  // the endpoints' batch ITLs (ms), phi's numerator
   bool any_meets = false;
   double most_cached = 0;  // the longest cached prefix of the request on any endpoint (tokens)
+  SluiceParams scaled = p;
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
     const LoadEstimate est = estimate_load(v);
+    // The endpoint's pace (header): its step times' terms scaled by the factor learned from its prefills.
+    const double pace = v.index < pace_.size() ? pace_[v.index].factor : 1.0;
+    if (pace != 1.0) scale_step_terms(p, pace, scaled);
+    const SluiceParams& pe = pace != 1.0 ? scaled : p;
     // Every field of e that is read is written below (no zero-initialisation first).
     Eval& e = evals_[i];
     if constexpr (kFull) e.fresh = est.fresh;
@@ -454,7 +471,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     in.queue_pairs = std::max(0.0, l.prefill_pairs) + ext_waiting * mean_prompt_ * mean_prompt_ / 2;
     if (l.prefill_head_tokens > 0 && now > l.prefill_head_since) {
       const double head = static_cast<double>(l.prefill_head_tokens);
-      const double done = sluice_head_progress(p, head, l.prefill_head_pairs, in.decoding, in.kv_read,
+      const double done = sluice_head_progress(pe, head, l.prefill_head_pairs, in.decoding, in.kv_read,
                                                to_millis(now - l.prefill_head_since));
       in.queue_tokens = std::max(0.0, in.queue_tokens - done * head);
       in.queue_pairs = std::max(0.0, in.queue_pairs - done * l.prefill_head_pairs);
@@ -488,8 +505,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     // sluice_cost and sluice_itl_ms (embeddings: no ITL) in one pass.
     double itl = 0.0;
     BatchLag batch;
-    SluiceCost cost = embed ? cost_and_itl<false>(p, in, factors, nullptr, batch)
-                            : cost_and_itl<true>(p, in, factors, &itl, batch);
+    SluiceCost cost = embed ? cost_and_itl<false>(pe, in, factors, nullptr, batch)
+                            : cost_and_itl<true>(pe, in, factors, &itl, batch);
     const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= p.itl_slo_ms);
     // Where it misses, the miss price stands for the request: its own decode lag, and its later
     // turns' (which follow it here), are not charged on top (header, the SLO).
@@ -500,7 +517,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     // This endpoint's batch ITL (without this request), for phi after the dispatch (the decode
     // terms have computed it already unless the request has no output).
     if (!embed) {
-      batch_lag(p, in, factors, batch, false);
+      batch_lag(pe, in, factors, batch, false);
       pace_sum += batch.itl.mean_ms;
     }
     // shed 2 (header, shedding): it serves the request here only where admitting it gains more
@@ -535,15 +552,15 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       if (in.cached < warm_cached) {
         SluiceInputs w = in;
         w.cached = warm_cached;
-        const PrefillTerms t = prefill_terms(p, w, factors, batch);
+        const PrefillTerms t = prefill_terms(pe, w, factors, batch);
         e.premium = std::max(0.0, cost.ttft_ms + cost.prefill_imposed_ms - (t.ttft_ms + t.prefill_imposed_ms)) + adapter_load;
         e.steady = e.total - (cost.ttft_ms + cost.prefill_imposed_ms + cost.kv_ms + cost.eviction_ms) +
-                   ttft_of(p, w, std::max(0.0, w.input - w.cached), 0.0, 0.0) + t.prefill_imposed_ms + t.kv_ms + t.eviction_ms -
+                   ttft_of(pe, w, std::max(0.0, w.input - w.cached), 0.0, 0.0) + t.prefill_imposed_ms + t.kv_ms + t.eviction_ms -
                    adapter_load;
         e.free = in.cache_free_tokens;
         e.copy_tokens = warm_cached - in.cached + in.output;
       } else {
-        e.steady = e.total - cost.ttft_ms + ttft_of(p, in, std::max(0.0, in.input - in.cached), 0.0, 0.0) - adapter_load;
+        e.steady = e.total - cost.ttft_ms + ttft_of(pe, in, std::max(0.0, in.input - in.cached), 0.0, 0.0) - adapter_load;
       }
     }
     if constexpr (kFull) {
@@ -669,6 +686,33 @@ std::vector<HotPrefix> SluicePolicy::hot_prefixes(Time now, size_t n) const {
   std::vector<HotPrefix> out;
   for (const auto& [key, per_ms] : demand_.top(now, n)) out.push_back({key, per_ms * 1000.0, prefix_.index().holder_count(key)});
   return out;
+}
+
+void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time) {
+  if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
+  SluiceInputs alone;
+  alone.decoding = s.decoding;
+  alone.kv_read = s.kv_read;
+  // Its steps (as many as its own tokens need) also carry the prefills queued behind it, up to the
+  // step's budget.
+  const double steps = std::max(1.0, std::ceil(s.tokens / params_.chunk_tokens));
+  const double shared = std::min(s.behind, steps * params_.chunk_tokens - s.tokens);
+  const double model = ttft_of(params_, alone, 0.0, s.tokens + std::max(0.0, shared), s.pairs);
+  if (!(model > 0) || !(s.elapsed_ms >= 0)) return;
+  // The pool's observed / modelled ms for prefills of this size (a bin per doubling of the modelled
+  // ms), this sample included: what the model misses in common (the step in progress when a request
+  // is dispatched, prefills that share a step) is not the endpoint's pace.
+  const auto bin = static_cast<size_t>(std::clamp(std::floor(std::log2(std::max(1.0, model))), 0.0, double(kPaceBins - 1)));
+  PaceBin& b = pace_bins_[bin];
+  b.observed_ms = b.observed_ms * kPaceKeepPool + s.elapsed_ms;
+  b.model_ms = b.model_ms * kPaceKeepPool + model;
+  Pace& q = pace_[endpoint];
+  q.observed_ms = q.observed_ms * kPaceKeep + s.elapsed_ms;
+  q.expected_ms = q.expected_ms * kPaceKeep + model * (b.observed_ms / b.model_ms);
+  q.samples = q.samples * kPaceKeep + 1;
+  // log factor = log(observed / expected), shrunk toward 0 by samples / (samples + 4).
+  const double raw = q.expected_ms > 0 && q.observed_ms > 0 ? q.observed_ms / q.expected_ms : 1.0;
+  q.factor = std::clamp(std::exp(std::log(raw) * q.samples / (q.samples + 4)), 0.25, 4.0);
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {

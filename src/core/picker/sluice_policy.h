@@ -33,6 +33,19 @@
 //         got, and a cold endpoint looked as fast (fan-out at 32 replicas, 120 req/s: TTFT p90
 //         1.05-1.10x cache_aware's; bench/results/README.md, round 16).
 //   step(b, k) = C0 + max(W, beta b) + delta b + gamma k    (one decode step of b sequences)
+//   pace  the endpoint's step times relative to the pool's: every term below is computed with C0, W,
+//         beta, delta, gamma and eps times its factor f (1 until it has samples). A sample is a
+//         prefill the gateway saw (PoolRouter::move_to_decode: its own queue's head, from becoming
+//         the head to its first token; PrefillSample) and the ms the model gives it (its own steps,
+//         which also carry the own prefills queued behind it up to the chunk budget). The pool's
+//         observed / modelled ms is kept per size (a bin per doubling of the modelled ms, ~256
+//         samples), so what the model misses for every endpoint (the step in progress when a short
+//         prefill comes, prefills that share a step) is not taken for an endpoint's pace; the
+//         endpoint's f = its observed ms / the ms the pool's ratio expects for its samples (~64
+//         samples), its log shrunk by n / (n + 4) (n: its decayed sample count), in [1/4, 4]. An older
+//         GPU in the pool is then priced as slower. Without it, on a fleet with half the replicas 2x
+//         slower (fleetsim --slow-replicas), 7 of 48 checked rates were lost (bench/results/README.md,
+//         round 35). The profile stands for the pool's mean replica: f averages about 1.
 //
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
 //             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
@@ -401,6 +414,7 @@ class SluicePolicy : public Policy {
   void rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
             std::vector<Candidate>& out) override;
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
+  void on_prefill_done(size_t endpoint, const PrefillSample& sample, Time now) override;
   std::vector<HotPrefix> hot_prefixes(Time now, size_t n) const override;
   void on_shed(const Candidate& advised, Time now) override;
   void on_peer_shed(double work_ms, Time now) override;
@@ -413,6 +427,8 @@ class SluicePolicy : public Policy {
     ends_.clear();
     continuation_ = 0;
     pace_share_ = next_pace_share_ = 0;
+    pace_.clear();
+    pace_bins_ = {};
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
@@ -475,6 +491,22 @@ class SluicePolicy : public Policy {
     double per_ms = 0;
   };
   std::vector<EndpointInput> endpoint_input_;
+  // Per endpoint (by index): its prefills' observed and modelled ms, decayed per sample.
+  // Per endpoint (by index): its prefills' observed ms and the ms the pool's pace expects for them
+  // (decayed per sample: ~64 samples), and the factor on its step times (header, pace).
+  struct Pace {
+    double observed_ms = 0, expected_ms = 0, samples = 0;
+    double factor = 1.0;
+  };
+  std::vector<Pace> pace_;
+  // The pool's observed and modelled prefill ms by size (a bin per doubling of the modelled ms,
+  // decayed per sample: ~256 samples).
+  static constexpr size_t kPaceBins = 16;
+  static constexpr double kPaceKeep = 1.0 - 1.0 / 64, kPaceKeepPool = 1.0 - 1.0 / 256;
+  struct PaceBin {
+    double observed_ms = 0, model_ms = 0;
+  };
+  std::array<PaceBin, kPaceBins> pace_bins_{};
   // Per endpoint (by index): the adapters last dispatched there, most recent first, as hashes of their
   // names, distinct (adapter_ms above: those among the first max_lora are taken as loaded).
   static constexpr size_t kRecentAdapters = 16;

@@ -27,6 +27,63 @@ PickRequest req_of(const std::string& text, int64_t out = 50) {
 // The head of each endpoint's prefill queue: the oldest own request not yet past first token, and
 // since when it has been the head (its dispatch, or the first token or end of the one before it,
 // in or out of order).
+// The policy is told each prefill queue head's first token (on_prefill_done): how long it was the
+// head, its tokens and pairs, the own decoders and KV then, and the own prefill tokens behind it.
+// A first token at no known time (tokens first) and one out of order tell it nothing.
+class RecordingPolicy final : public Policy {
+ public:
+  std::string_view name() const override { return "recording"; }
+  void rank(const PickRequest&, std::span<const EndpointView> endpoints, Time, std::vector<Candidate>& out) override {
+    out.clear();
+    for (const auto& v : endpoints) out.push_back({v.index, 0.0, 0});
+  }
+  void on_prefill_done(size_t endpoint, const PrefillSample& s, Time now) override {
+    samples.push_back({endpoint, s, now});
+  }
+  struct Seen {
+    size_t endpoint;
+    PrefillSample sample;
+    Time now;
+  };
+  std::vector<Seen> samples;
+};
+
+TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
+  auto cfg = pool_of(1, "round_robin");
+  auto owned = std::make_unique<RecordingPolicy>();
+  RecordingPolicy& policy = *owned;
+  PoolRouter r(cfg, std::move(owned));
+  const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
+  const std::string ta(4000, 'a'), tb(2000, 'b'), tc(800, 'c');
+  auto a = req_of(ta, 10);  // 1000 tokens
+  auto b = req_of(tb, 10);  // 500
+  auto c = req_of(tc, 10);  // 200
+  DispatchGuard ga = r.dispatch(a, r.rank(a, ms(10))[0], ms(10));
+  DispatchGuard gb = r.dispatch(b, r.rank(b, ms(20))[0], ms(20));
+  DispatchGuard gc = r.dispatch(c, r.rank(c, ms(30))[0], ms(30));
+  ga.on_first_token(ms(110));  // the head since its dispatch at 10
+  ASSERT_EQ(policy.samples.size(), 1u);
+  EXPECT_EQ(policy.samples[0].endpoint, 0u);
+  EXPECT_EQ(policy.samples[0].now, ms(110));
+  EXPECT_DOUBLE_EQ(policy.samples[0].sample.elapsed_ms, 100.0);
+  EXPECT_DOUBLE_EQ(policy.samples[0].sample.tokens, 1000.0);
+  EXPECT_DOUBLE_EQ(policy.samples[0].sample.pairs, 1000.0 * 500.0);
+  EXPECT_DOUBLE_EQ(policy.samples[0].sample.behind, 700.0);  // b and c
+  EXPECT_DOUBLE_EQ(policy.samples[0].sample.decoding, 0.0);
+  EXPECT_DOUBLE_EQ(policy.samples[0].sample.kv_read, 1700.0);
+  gc.on_first_token(ms(120));  // out of order: c was not the head
+  EXPECT_EQ(policy.samples.size(), 1u);
+  gb.on_first_token(ms(150));  // the head since a's first token
+  ASSERT_EQ(policy.samples.size(), 2u);
+  EXPECT_DOUBLE_EQ(policy.samples[1].sample.elapsed_ms, 40.0);
+  EXPECT_DOUBLE_EQ(policy.samples[1].sample.tokens, 500.0);
+  EXPECT_DOUBLE_EQ(policy.samples[1].sample.behind, 0.0);
+  EXPECT_DOUBLE_EQ(policy.samples[1].sample.decoding, 2.0);  // a and c decode
+  DispatchGuard gd = r.dispatch(a, r.rank(a, ms(200))[0], ms(200));
+  gd.on_tokens(1);  // its first token at no known time
+  EXPECT_EQ(policy.samples.size(), 2u);
+}
+
 TEST(PoolRouterPicker, PrefillQueueHeadFollowsDispatchOrder) {
   auto cfg = pool_of(1, "round_robin");
   PoolRouter r(cfg, make_policy(cfg, 1));

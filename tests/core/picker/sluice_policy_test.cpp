@@ -62,6 +62,60 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
   EXPECT_EQ(terms["uncached_tokens"], 1000);
 }
 
+// The pace (header): an endpoint whose prefills take twice what the pool's take for the same work
+// is priced with its step times doubled, relative to the pool: what the model misses in common
+// (here the pool's prefills all take 1.5x the model) is not an endpoint's pace, nor is the size of
+// the prefills an endpoint happens to get.
+TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(2);
+  const auto req = testing::chat(prompt('a', 4000), 1000);
+  auto c = testing::rank(p, pool, req);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_DOUBLE_EQ(c[0].score, c[1].score);  // no samples: as the model
+  // 1,000-token prefills alone on an idle endpoint: 24.75 ms by the model (IdleTtftFollowsTheCostModel).
+  PrefillSample s;
+  s.tokens = 1000;
+  s.pairs = 1000.0 * 500.0;
+  for (int i = 0; i < 200; ++i) {
+    s.elapsed_ms = 24.75;
+    p.on_prefill_done(0, s, Time{});
+    s.elapsed_ms = 49.5;
+    p.on_prefill_done(1, s, Time{});
+  }
+  c = testing::rank(p, pool, req);
+  EXPECT_EQ(c[0].endpoint, 0u);
+  std::vector<Explanation> ex;
+  auto v = pool.views();
+  p.explain(req, v, Time{}, ex);
+  const double fast = term_of(ex, 0, "ttft_ms"), slow = term_of(ex, 1, "ttft_ms");
+  EXPECT_NEAR(slow / fast, 2.0, 0.15);
+  // Relative to the pool: the fast one is faster than the model says, the slow one slower.
+  EXPECT_LT(fast, 24.75);
+  EXPECT_GT(slow, 24.75);
+
+  // Small prefills take 2x the model everywhere (the step in progress when they come counts more),
+  // large ones 1.1x; small ones go to endpoint 0, large ones to endpoint 1: the same pace.
+  SluicePolicy q({}, PoolKind::chat);
+  PrefillSample small, large;
+  small.tokens = 200;
+  small.pairs = 200.0 * 100.0;
+  small.elapsed_ms = 2.0 * (2 + 5.5 + 1.5e-6 * small.pairs);  // one step under the weight floor
+  large.tokens = 4000;
+  large.pairs = 4000.0 * 2000.0;
+  large.elapsed_ms = 1.1 * (2 + 0.022 * 4000 + 1.5e-6 * large.pairs);
+  for (int i = 0; i < 200; ++i) {
+    q.on_prefill_done(0, small, Time{});
+    q.on_prefill_done(1, large, Time{});
+  }
+  c = testing::rank(q, pool, req);
+  EXPECT_NEAR(c[0].score / c[1].score, 1.0, 1e-6);
+  // A reset (a reload's new endpoint list) forgets it.
+  p.on_endpoints_reset(2);
+  c = testing::rank(p, pool, req);
+  EXPECT_DOUBLE_EQ(c[0].score, c[1].score);
+}
+
 struct Case {
   const char* name;
   void (*setup)(FakePool&);
