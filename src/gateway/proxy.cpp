@@ -636,7 +636,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   if (auto u = find_usage(body)) take_usage(*u);
   if (kind_ == ApiKind::response && status == 200) learn_response(body);
   const auto now = SteadyClock::now();
-  guard_.on_first_token(gw_.at(now));
+  guard_.on_first_token(gw_.at(now), /*whole_answer=*/true);
   if (rec_.completion_tokens > 0) {
     guard_.on_tokens(rec_.completion_tokens);
     ticket_->on_output(rec_.completion_tokens);

@@ -27,10 +27,10 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
   return *this;
 }
 
-void DispatchGuard::on_first_token(Time now) {
+void DispatchGuard::on_first_token(Time now, bool whole_answer) {
   if (!router_ || decoding_) return;
   decoding_ = true;
-  router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now);
+  router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now, !whole_answer && now != Time::min());
   prefill_ = 0;
   pairs_ = 0;
 }
@@ -213,12 +213,12 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
   load.decode_tokens -= decode;
 }
 
-void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now) {
+void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample) {
   std::lock_guard lock(mu_);
   last_now_ = std::max(last_now_, now);
   Endpoint& ep = endpoints_[endpoint];
   // The head's first token, at a known time: how long it was the head is its prefill's pace here.
-  if (now != Time::min() && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq && now > ep.load.prefill_head_since) {
+  if (sample && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq && now > ep.load.prefill_head_since) {
     PrefillSample s;
     s.tokens = static_cast<double>(std::max<int64_t>(0, prefill));
     s.pairs = std::max(0.0, pairs);

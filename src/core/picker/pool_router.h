@@ -35,7 +35,9 @@ class DispatchGuard {
   explicit operator bool() const { return router_ != nullptr; }
   size_t endpoint() const { return endpoint_; }
   // First output token arrived at `now`: the request's prefill is done, its decode begins.
-  void on_first_token(Time now);
+  // `whole_answer`: `now` is when a whole (not streamed) answer came, not its first token: the
+  // accounting moves on all the same, but the time says nothing of the prefill's pace.
+  void on_first_token(Time now, bool whole_answer = false);
   // n output tokens arrived: the remaining decode bound shrinks.
   // (Before the first token: that is the first token, at the last time the router was told.)
   void on_tokens(int64_t n);
@@ -176,7 +178,7 @@ class PoolRouter {
   };
   void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding,
                uint64_t seq);
-  void move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now);
+  void move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample);
   void leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now);  // mu_ held
   DispatchGuard dispatch_locked(const PickRequest& req, const Candidate& chosen, Time now);  // mu_ held
   bool at_cap(size_t endpoint) const {  // mu_ held
