@@ -162,10 +162,7 @@ class Simulation {
     for (size_t i = 0; i < cfg.replicas; ++i) {
       auto ec = cfg.engine;
       ec.seed = cfg.engine.seed + i * 7919;
-      if (i + cfg.slow_replicas >= cfg.replicas) {
-        engine::CostParams& c = ec.cost;
-        for (double* term : {&c.c0_ms, &c.w_ms, &c.beta_ms, &c.delta_ms, &c.gamma_ms, &c.eps_ms}) *term *= cfg.slow_factor;
-      }
+      if (i + cfg.slow_replicas >= cfg.replicas) ec.cost = ec.cost.scaled(cfg.slow_factor);
       replicas_.push_back(Replica{std::make_unique<engine::Engine>(ec), {}, {}, {}, 0});
       if (cfg.kv_events) replicas_.back().engine->enable_kv_events(true);
     }

@@ -29,6 +29,8 @@ struct SimFlags {
   int64_t kv_blocks = 0, max_num_seqs = 0, max_num_batched_tokens = 0, max_model_len = 0, long_prefill_token_threshold = 0;
   int max_loras = 4;
   double lora_load_ms = 30;
+  int slow_replicas = 0;
+  double slow_factor = 2.0;
   std::string model = "meta-llama/Llama-3.1-8B-Instruct";
   std::vector<std::string> adapters;
   std::string output_len = "lognormal:128:0.7";
@@ -78,6 +80,8 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
   else if (f.scheduling == "priority") ec.policy = engine::SchedulingPolicy::priority;
   else fail("--scheduling must be fcfs or priority");
   if (auto err = ec.validate(); !err.empty()) fail(err);
+  if (f.slow_replicas < 0 || f.slow_replicas > f.replicas) fail("--slow-replicas must be within [0, --replicas]");
+  if (!(f.slow_factor >= 0.1 && f.slow_factor <= 100)) fail("--slow-factor must be within [0.1, 100]");
   std::string err;
   auto out_len = engine::OutputLengthDist::parse(f.output_len, &err);
   if (!out_len) fail(err);
@@ -119,6 +123,7 @@ std::vector<sim::ReplicaConfig> build_configs(const SimFlags& f) {
     rc.host = f.host;
     rc.port = static_cast<uint16_t>(f.base_port ? f.base_port + i : 0);
     rc.engine = ec;
+    if (i + f.slow_replicas >= f.replicas) rc.engine.cost = ec.cost.scaled(f.slow_factor);
     rc.engine.seed = f.seed * 1000003 + static_cast<uint64_t>(i);
     rc.model_name = f.model;
     rc.adapters = f.adapters;
@@ -217,6 +222,11 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--fault-latency-spike", flags->fault_latency_spike, "P:MS, e.g. 0.1:800");
   cmd->add_flag("--fault-hang", flags->fault_hang, "Accept requests, never answer");
   cmd->add_option("--fault-exit-after", flags->fault_exit_after, "Stop the replica(s) after this many seconds");
+  cmd->add_option("--slow-replicas", flags->slow_replicas,
+                  "A mixed fleet: the last N replicas run every step --slow-factor times longer (an older GPU, same KV)")
+      ->capture_default_str();
+  cmd->add_option("--slow-factor", flags->slow_factor, "With --slow-replicas: their step-time multiplier")
+      ->capture_default_str();
   cmd->add_option("--fault-metrics", flags->fault_metrics, "ok|freeze|fail|slow")->capture_default_str();
   cmd->add_option("--fault-metrics-delay-ms", flags->fault_metrics_delay_ms, "Delay of --fault-metrics slow")
       ->capture_default_str();

@@ -35,6 +35,14 @@ struct CostParams {
   // attention = eps * N^2 / 2) need 1.5e-9 s = 1.5e-6 ms; we follow the figures.
   double eps_ms = 1.5e-6;    // per prefill attention token pair
   double jitter_sigma = 0.0; // log-normal jitter of step time; 0 = none (reference: 0.05-0.10)
+
+  // Every term of the step time times `factor` (a slower or faster GPU running the same model: the
+  // mixed fleets of `sluice fleetsim` and `sluice sim`, --slow-replicas / --slow-factor).
+  CostParams scaled(double factor) const {
+    CostParams c = *this;
+    for (double* term : {&c.c0_ms, &c.w_ms, &c.beta_ms, &c.delta_ms, &c.gamma_ms, &c.eps_ms}) *term *= factor;
+    return c;
+  }
 };
 
 // What a step did, in the cost model's terms.
