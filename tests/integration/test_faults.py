@@ -63,7 +63,7 @@ class Replica:
         self.proc.stdout.close()
 
 
-def gateway_config(ports, extra_pool="", limits=""):
+def gateway_config(ports, extra_pool="", limits="", policy="least_request"):
     eps = ", ".join(f"127.0.0.1:{p}" for p in ports)
     return f"""
 listen: 127.0.0.1:0
@@ -81,7 +81,7 @@ timeouts:
 drain_timeout_ms: 3000
 pools:
   - name: chat
-    policy: least_request
+    policy: {policy}
     endpoints: [{eps}]
     scrape: {{interval_ms: 50, timeout_ms: 200}}
     health: {{interval_ms: 100, timeout_ms: 250, unhealthy_threshold: 3, healthy_threshold: 2}}
@@ -434,6 +434,34 @@ class TestBrokenMetrics(FaultTest):
 
     def test_slow(self):
         self.run_with({"metrics": "slow", "metrics_delay_ms": 400})
+
+
+class TestSlowReplica(FaultTest):
+    """A replica on an older GPU (`sluice sim --slow-replicas 1 --slow-factor 4`: every engine step 4x
+    longer, the same KV and metrics): the default policy learns its pace from the prefills it streams
+    (the first tokens it sees) and sends it less than an even share, while it stays in the pool; the two
+    replicas alike share the rest."""
+
+    def setUp(self):
+        self.replicas, self.gw = [], None
+        for i in range(2):
+            self.replicas.append(Replica(seed=21 + i))
+        self.replicas.append(Replica(seed=23, extra=("--slow-replicas", "1", "--slow-factor", "4")))
+
+    def test_slow_replica_gets_less(self):
+        self.start_gateway(policy="sluice")
+        slow = self.replicas[2]
+        before = {p: self.gw.endpoint_value("sluice_picks_total", p) or 0 for p in (r.port for r in self.replicas)}
+        results = send_many(self.gw.port, 120, concurrency=2, stream=True, max_tokens=8)
+        self.assert_all_accounted(results, 10)
+        self.assertTrue(all(r.complete() for r in results), [r.status for r in results])
+        picks = {p: (self.gw.endpoint_value("sluice_picks_total", p) or 0) - before[p] for p in before}
+        total = sum(picks.values())
+        self.assertEqual(total, 120, picks)
+        self.assertLess(picks[slow.port], 0.2 * total, picks)  # an even share is a third
+        for fast in self.replicas[:2]:  # the two alike share the rest: noise is not taken for a pace
+            self.assertGreater(picks[fast.port], 0.25 * total, picks)
+        self.assert_quiescent()
 
 
 class TestClientFlood(FaultTest):

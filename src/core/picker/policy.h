@@ -93,9 +93,10 @@ struct HotPrefix {
 // before it, to its own first token) with `tokens` uncached tokens and `pairs` attention pairs, while
 // `decoding` of the own requests decoded there, reading `kv_read` context tokens, and `behind`
 // uncached tokens of the own requests queued behind it (which the engine schedules into the same
-// steps, up to its token budget).
+// steps, up to its token budget), and the KV usage last scraped.
 struct PrefillSample {
   double tokens = 0, pairs = 0, elapsed_ms = 0, decoding = 0, kv_read = 0, behind = 0;
+  double kv_usage = 0;  // the endpoint's KV usage as last scraped (0 when unknown)
 };
 
 class Policy {

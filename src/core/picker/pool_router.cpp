@@ -226,6 +226,7 @@ void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, 
     s.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
     s.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
     s.behind = static_cast<double>(std::max<int64_t>(0, ep.load.prefill_tokens - prefill));
+    if (ep.signals.present) s.kv_usage = ep.signals.kv_usage;
     policy_->on_prefill_done(endpoint, s, now);
   }
   leave_prefill_queue(endpoints_[endpoint], seq, last_now_);

@@ -389,6 +389,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   const double mean_context = mean_prompt_ + mean_output_ / 2;
   evals_.resize(endpoints.size());
   const double duty = embed ? 0.0 : prefill_duty(endpoints, now);
+  refresh_pace(now);
   const Duty factors(p, duty, pace_share_);
   const double pool_arrivals_per_ms = pool_arrivals(endpoints.size());
   // 1 / the mean prompt, once per decision (arrivals_of divided by it for every endpoint).
@@ -688,7 +689,7 @@ std::vector<HotPrefix> SluicePolicy::hot_prefixes(Time now, size_t n) const {
   return out;
 }
 
-void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time) {
+void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time now) {
   if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
   SluiceInputs alone;
   alone.decoding = s.decoding;
@@ -698,7 +699,9 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   const double steps = std::max(1.0, std::ceil(s.tokens / params_.chunk_tokens));
   const double shared = std::min(s.behind, steps * params_.chunk_tokens - s.tokens);
   const double model = ttft_of(params_, alone, 0.0, s.tokens + std::max(0.0, shared), s.pairs);
-  if (!(model > 0) || !(s.elapsed_ms >= 0)) return;
+  // Under KV pressure a prefill waits for blocks or is recomputed after a preemption: that is the
+  // KV's (the KV terms price it), not the GPU's pace.
+  if (!(model > 0) || !(s.elapsed_ms >= 0) || s.kv_usage >= params_.kv_risk_start) return;
   // The pool's observed / modelled ms for prefills of this size (a bin per doubling of the modelled
   // ms), this sample included: what the model misses in common (the step in progress when a request
   // is dispatched, prefills that share a step) is not the endpoint's pace.
@@ -707,12 +710,38 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   b.observed_ms = b.observed_ms * kPaceKeepPool + s.elapsed_ms;
   b.model_ms = b.model_ms * kPaceKeepPool + model;
   Pace& q = pace_[endpoint];
+  const double expected = model * (b.observed_ms / b.model_ms);
   q.observed_ms = q.observed_ms * kPaceKeep + s.elapsed_ms;
-  q.expected_ms = q.expected_ms * kPaceKeep + model * (b.observed_ms / b.model_ms);
+  q.expected_ms = q.expected_ms * kPaceKeep + expected;
+  q.square_ms = q.square_ms * kPaceKeep + s.elapsed_ms * s.elapsed_ms / expected;
   q.samples = q.samples * kPaceKeep + 1;
-  // log factor = log(observed / expected), shrunk toward 0 by samples / (samples + 4).
-  const double raw = q.expected_ms > 0 && q.observed_ms > 0 ? q.observed_ms / q.expected_ms : 1.0;
-  q.factor = std::clamp(std::exp(std::log(raw) * q.samples / (q.samples + 4)), 0.25, 4.0);
+  q.last = now;
+  q.factor = pace_factor(q, now);
+}
+
+// The factor (header, pace): R = observed / expected, its spread over the samples (each sample's
+// ratio weighted by its expected ms: var = sum(o^2 / e) / sum(e) - R^2) with a prior 0.25 (a
+// ratio's +-50%) counted as one more sample, over w = the decayed sample count faded by the time
+// since the last sample (2 s time constant). log R less two standard errors of it (se / R), 0 when within them: a
+// pace the samples cannot tell from the pool's is the pool's, and an endpoint priced slow on a few
+// samples and then sent none is tried again, not priced on old evidence for ever.
+double SluicePolicy::pace_factor(const Pace& q, Time now) {
+  if (!(q.samples > 0) || !(q.expected_ms > 0) || !(q.observed_ms > 0)) return 1.0;
+  const double w = q.samples * std::exp(-std::max(0.0, to_millis(now - q.last)) / 2000.0);
+  const double r = q.observed_ms / q.expected_ms;
+  const double var = (w * std::max(0.0, q.square_ms / q.expected_ms - r * r) + 0.25) / (w + 1);
+  const double margin = 2.0 * std::sqrt(var / std::max(w, 1e-9)) / r;
+  const double l = std::log(r);
+  const double shrunk = l > 0 ? std::max(0.0, l - margin) : std::min(0.0, l + margin);
+  return std::clamp(std::exp(shrunk), 0.25, 4.0);
+}
+
+// The pace factors' fading, at most every 100 ms (as prefill_duty samples).
+void SluicePolicy::refresh_pace(Time now) {
+  if (pace_.empty() || to_millis(now - pace_refreshed_) < 100.0) return;
+  pace_refreshed_ = now;
+  for (Pace& q : pace_)
+    if (q.samples > 0) q.factor = pace_factor(q, now);
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {

@@ -41,8 +41,13 @@
 //         observed / modelled ms is kept per size (a bin per doubling of the modelled ms, ~256
 //         samples), so what the model misses for every endpoint (the step in progress when a short
 //         prefill comes, prefills that share a step) is not taken for an endpoint's pace; the
-//         endpoint's f = its observed ms / the ms the pool's ratio expects for its samples (~64
-//         samples), its log shrunk by n / (n + 4) (n: its decayed sample count), in [1/4, 4]. An older
+//         endpoint's R = its observed ms / the ms the pool's ratio expects for its samples (~64
+//         samples); f = exp(log R less two standard errors of it, 0 when within them), in [1/4, 4]:
+//         the standard error from the samples' spread with a prior 0.25 (a ratio's +-50%) counted
+//         as one more sample, over w, its decayed sample count faded with a 2 s time constant since its last
+//         sample (refreshed every 100 ms). A pace the samples cannot tell from the pool's is the
+//         pool's (on a uniform fleet f is 1 and ties fall as without it), and an endpoint priced slow
+//         on a few samples and then sent none is tried again. An older
 //         GPU in the pool is then priced as slower. Without it, on a fleet with half the replicas 2x
 //         slower (fleetsim --slow-replicas), 7 of 48 checked rates were lost (bench/results/README.md,
 //         round 35). The profile stands for the pool's mean replica: f averages about 1.
@@ -429,6 +434,7 @@ class SluicePolicy : public Policy {
     pace_share_ = next_pace_share_ = 0;
     pace_.clear();
     pace_bins_ = {};
+    pace_refreshed_ = Time{};
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
@@ -496,9 +502,14 @@ class SluicePolicy : public Policy {
   // (decayed per sample: ~64 samples), and the factor on its step times (header, pace).
   struct Pace {
     double observed_ms = 0, expected_ms = 0, samples = 0;
+    double square_ms = 0;  // sum of observed^2 / expected (the samples' spread)
+    Time last{};           // the last sample
     double factor = 1.0;
   };
   std::vector<Pace> pace_;
+  Time pace_refreshed_{};
+  static double pace_factor(const Pace& q, Time now);
+  void refresh_pace(Time now);
   // The pool's observed and modelled prefill ms by size (a bin per doubling of the modelled ms,
   // decayed per sample: ~256 samples).
   static constexpr size_t kPaceBins = 16;

@@ -73,6 +73,24 @@ TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
   auto c = testing::rank(p, pool, req);
   ASSERT_EQ(c.size(), 2u);
   EXPECT_DOUBLE_EQ(c[0].score, c[1].score);  // no samples: as the model
+  {
+    // One sample each, endpoint 1's twice endpoint 0's: within what one sample can tell apart.
+    SluicePolicy few({}, PoolKind::chat);
+    PrefillSample x;
+    x.tokens = 1000;
+    x.pairs = 1000.0 * 500.0;
+    x.elapsed_ms = 24.75;
+    few.on_prefill_done(0, x, Time{});
+    x.elapsed_ms = 49.5;
+    few.on_prefill_done(1, x, Time{});
+    c = testing::rank(few, pool, req);
+    EXPECT_DOUBLE_EQ(c[0].score, c[1].score);
+    // Samples taken under KV pressure are the KV's, not the pace's.
+    x.kv_usage = 0.95;
+    for (int i = 0; i < 200; ++i) few.on_prefill_done(1, x, Time{});
+    c = testing::rank(few, pool, req);
+    EXPECT_DOUBLE_EQ(c[0].score, c[1].score);
+  }
   // 1,000-token prefills alone on an idle endpoint: 24.75 ms by the model (IdleTtftFollowsTheCostModel).
   PrefillSample s;
   s.tokens = 1000;
@@ -110,6 +128,10 @@ TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
   }
   c = testing::rank(q, pool, req);
   EXPECT_NEAR(c[0].score / c[1].score, 1.0, 1e-6);
+  // Evidence fades without new samples (2 s time constant): 30 s later endpoint 1 is tried again.
+  std::vector<Candidate> later;
+  p.rank(req, v, Time{std::chrono::seconds(30)}, later);
+  EXPECT_DOUBLE_EQ(later[0].score, later[1].score);
   // A reset (a reload's new endpoint list) forgets it.
   p.on_endpoints_reset(2);
   c = testing::rank(p, pool, req);
