@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -429,15 +430,18 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   double pace_sum = 0;  // the endpoints' batch ITLs (ms), phi's numerator
   bool any_meets = false;
   double most_cached = 0;  // the longest cached prefix of the request on any endpoint (tokens)
-  SluiceParams scaled = p;
+  std::optional<SluiceParams> scaled;  // p with an endpoint's pace (made only on a fleet that has one)
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
     const LoadEstimate est = estimate_load(v);
     // The endpoint's pace (header): its step times' terms scaled by the factor learned from its prefills.
     const double pace = v.index < pace_.size() ? pace_[v.index].factor : 1.0;
-    if (pace != 1.0) scale_step_terms(p, pace, scaled);
-    const SluiceParams& pe = pace != 1.0 ? scaled : p;
+    if (pace != 1.0) {
+      if (!scaled) scaled.emplace(p);
+      scale_step_terms(p, pace, *scaled);
+    }
+    const SluiceParams& pe = pace != 1.0 ? *scaled : p;
     // Every field of e that is read is written below (no zero-initialisation first).
     Eval& e = evals_[i];
     if constexpr (kFull) e.fresh = est.fresh;
