@@ -5,8 +5,6 @@
 #include <limits>
 #include <optional>
 
-#include <fmt/format.h>
-
 #include "core/cpu_clones.h"
 #include "core/picker/ranking.h"
 #include "core/picker/scorers/adapter_locality.h"
@@ -726,9 +724,9 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
 // The factor (header, pace): R = observed / expected, its spread over the samples (each sample's
 // ratio weighted by its expected ms: var = sum(o^2 / e) / sum(e) - R^2) with a prior 0.25 (a
 // ratio's +-50%) counted as one more sample, over w = the decayed sample count faded by the time
-// since the last sample (2 s time constant). log R less two standard errors of it (se / R), 0 when within them: a
-// pace the samples cannot tell from the pool's is the pool's, and an endpoint priced slow on a few
-// samples and then sent none is tried again, not priced on old evidence for ever.
+// since the last sample (2 s time constant). log R less two standard errors of it (se / R), 0 when
+// within them: a pace the samples cannot tell from the pool's is the pool's, and an endpoint priced
+// slow on a few samples and then sent none is tried again, not priced on old evidence for ever.
 double SluicePolicy::pace_factor(const Pace& q, Time now) {
   if (!(q.samples > 0) || !(q.expected_ms > 0) || !(q.observed_ms > 0)) return 1.0;
   const double w = q.samples * std::exp(-std::max(0.0, to_millis(now - q.last)) / 2000.0);
@@ -792,6 +790,8 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"itl_ms", e.itl_ms},
                     {"prefill_duty", e.in.prefill_duty},
                     {"pace_share", e.in.pace_share},
+                    // the endpoint's step times relative to the pool's (header, pace; 1 = as the profile)
+                    {"pace", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].factor : 1.0},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},
                     // 0 where it meets the SLO: shed 2 found the batch's expected new misses outweigh it.
                     {"serves", e.serves ? 1.0 : 0.0},

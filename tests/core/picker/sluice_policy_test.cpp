@@ -108,6 +108,7 @@ TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
   p.explain(req, v, Time{}, ex);
   const double fast = term_of(ex, 0, "ttft_ms"), slow = term_of(ex, 1, "ttft_ms");
   EXPECT_NEAR(slow / fast, 2.0, 0.15);
+  EXPECT_NEAR(term_of(ex, 1, "pace") / term_of(ex, 0, "pace"), 2.0, 0.15);  // shown to operators
   // Relative to the pool: the fast one is faster than the model says, the slow one slower.
   EXPECT_LT(fast, 24.75);
   EXPECT_GT(slow, 24.75);
