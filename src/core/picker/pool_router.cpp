@@ -229,10 +229,10 @@ void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, 
     if (ep.signals.present) s.kv_usage = ep.signals.kv_usage;
     policy_->on_prefill_done(endpoint, s, now);
   }
-  leave_prefill_queue(endpoints_[endpoint], seq, last_now_);
-  endpoints_[endpoint].load.prefill_tokens -= prefill;
-  endpoints_[endpoint].load.prefill_pairs = std::max(0.0, endpoints_[endpoint].load.prefill_pairs - pairs);
-  endpoints_[endpoint].load.prefill_requests -= 1;
+  leave_prefill_queue(ep, seq, last_now_);
+  ep.load.prefill_tokens -= prefill;
+  ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - pairs);
+  ep.load.prefill_requests -= 1;
 }
 
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {

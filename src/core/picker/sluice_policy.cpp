@@ -434,7 +434,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     const EndpointLoad& l = *v.load;
     const LoadEstimate est = estimate_load(v);
     // The endpoint's pace (header): its step times' terms scaled by the factor learned from its prefills.
-    const double pace = v.index < pace_.size() ? pace_[v.index].factor : 1.0;
+    const double pace = pace_of(v.index);
     if (pace != 1.0) {
       if (!scaled) scaled.emplace(p);
       scale_step_terms(p, pace, *scaled);
@@ -692,6 +692,9 @@ std::vector<HotPrefix> SluicePolicy::hot_prefixes(Time now, size_t n) const {
 }
 
 void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time now) {
+  // Under KV pressure a prefill waits for blocks or is recomputed after a preemption: that is the
+  // KV's (the KV terms price it), not the GPU's pace.
+  if (!(s.elapsed_ms >= 0) || s.kv_usage >= params_.kv_risk_start) return;
   if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
   SluiceInputs alone;
   alone.decoding = s.decoding;
@@ -701,9 +704,7 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   const double steps = std::max(1.0, std::ceil(s.tokens / params_.chunk_tokens));
   const double shared = std::min(s.behind, steps * params_.chunk_tokens - s.tokens);
   const double model = ttft_of(params_, alone, 0.0, s.tokens + std::max(0.0, shared), s.pairs);
-  // Under KV pressure a prefill waits for blocks or is recomputed after a preemption: that is the
-  // KV's (the KV terms price it), not the GPU's pace.
-  if (!(model > 0) || !(s.elapsed_ms >= 0) || s.kv_usage >= params_.kv_risk_start) return;
+  if (!(model > 0)) return;
   // The pool's observed / modelled ms for prefills of this size (a bin per doubling of the modelled
   // ms), this sample included: what the model misses in common (the step in progress when a request
   // is dispatched, prefills that share a step) is not the endpoint's pace.
@@ -791,7 +792,7 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"prefill_duty", e.in.prefill_duty},
                     {"pace_share", e.in.pace_share},
                     // the endpoint's step times relative to the pool's (header, pace; 1 = as the profile)
-                    {"pace", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].factor : 1.0},
+                    {"pace", pace_of(endpoints[i].index)},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},
                     // 0 where it meets the SLO: shed 2 found the batch's expected new misses outweigh it.
                     {"serves", e.serves ? 1.0 : 0.0},

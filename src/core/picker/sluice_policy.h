@@ -44,13 +44,15 @@
 //         endpoint's R = its observed ms / the ms the pool's ratio expects for its samples (~64
 //         samples); f = exp(log R less two standard errors of it, 0 when within them), in [1/4, 4]:
 //         the standard error from the samples' spread with a prior 0.25 (a ratio's +-50%) counted
-//         as one more sample, over w, its decayed sample count faded with a 2 s time constant since its last
-//         sample (refreshed every 100 ms). A pace the samples cannot tell from the pool's is the
-//         pool's (on a uniform fleet f is 1 and ties fall as without it), and an endpoint priced slow
-//         on a few samples and then sent none is tried again. An older
-//         GPU in the pool is then priced as slower. Without it, on a fleet with half the replicas 2x
-//         slower (fleetsim --slow-replicas), 7 of 48 checked rates were lost (bench/results/README.md,
-//         round 35). The profile stands for the pool's mean replica: f averages about 1.
+//         as one more sample, over w, its decayed sample count faded with a 2 s time constant since
+//         its last sample (refreshed every 100 ms). A pace the samples cannot tell from the pool's
+//         is the pool's (on a uniform fleet f is 1 and ties fall as without it), and an endpoint
+//         priced slow on a few samples and then sent none is tried again. Samples taken with the KV
+//         usage at kv_risk_start or above are left out (waiting for blocks is the KV terms'). An
+//         older GPU in the pool is then priced as slower. Without it, on a fleet with half the
+//         replicas 2x slower (fleetsim --slow-replicas), 7 of 48 checked rates were lost
+//         (bench/results/README.md, round 35). The profile stands for the pool's mean replica: f
+//         averages about 1.
 //
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
 //             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
@@ -497,7 +499,6 @@ class SluicePolicy : public Policy {
     double per_ms = 0;
   };
   std::vector<EndpointInput> endpoint_input_;
-  // Per endpoint (by index): its prefills' observed and modelled ms, decayed per sample.
   // Per endpoint (by index): its prefills' observed ms and the ms the pool's pace expects for them
   // (decayed per sample: ~64 samples), and the factor on its step times (header, pace).
   struct Pace {
@@ -510,6 +511,7 @@ class SluicePolicy : public Policy {
   Time pace_refreshed_{};
   static double pace_factor(const Pace& q, Time now);
   void refresh_pace(Time now);
+  double pace_of(size_t index) const { return index < pace_.size() ? pace_[index].factor : 1.0; }
   // The pool's observed and modelled prefill ms by size (a bin per doubling of the modelled ms,
   // decayed per sample: ~256 samples).
   static constexpr size_t kPaceBins = 16;
