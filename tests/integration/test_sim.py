@@ -359,6 +359,14 @@ class StreamTimingTest(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("status must be", p.stderr)
 
+    def test_mixed_fleet_flags_are_checked(self):
+        # (the slow replicas' pace itself: test_faults.py TestSlowReplica)
+        for args, message in ((["--replicas", "2", "--slow-replicas", "3"], "--slow-replicas must be"),
+                              (["--slow-replicas", "1", "--slow-factor", "0"], "--slow-factor must be")):
+            p = subprocess.run([SLUICE, "sim", *args], capture_output=True, text=True, timeout=10)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(message, p.stderr)
+
 
 def main():
     global SLUICE
