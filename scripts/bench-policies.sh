@@ -14,6 +14,8 @@
 #        The hard suite's files are named hard-<part>-s<SEED>; bench/suite/acceptance.py checks them.
 #        MIXED=F: the hard parts on a mixed fleet, half the replicas F times slower (fleetsim's
 #        --slow-replicas N/2 --slow-factor F); files mixed-<part>-s<SEED>
+#        WHOLE=F: the hard parts with that share of the requests not streamed (fleetsim's
+#        --whole-answers F: the gateway hears of such a request only at its end); files whole-<part>-s<SEED>
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
 #        ONLY=p1,p2: rerun just these policies (those of them each run has) and replace their rows in
 #        the existing <name>.json (the other policies' rows are kept; the .md then names both commands)
@@ -60,6 +62,10 @@ hard() {
   if [ -n "${MIXED:-}" ]; then
     name="mixed-$part$n-s$SEED" title="$title; a mixed fleet: $((n / 2)) of the replicas ${MIXED}x slower"
     set -- "$@" --slow-replicas $((n / 2)) --slow-factor "$MIXED"
+  fi
+  if [ -n "${WHOLE:-}" ]; then
+    name="whole-$part$n-s$SEED" title="$title; ${WHOLE} of the requests not streamed (whole answers)"
+    set -- "$@" --whole-answers "$WHOLE"
   fi
   run "$name" "$title" --policy "$HARD" --replicas "$n" \
     --rates "$rates" --requests "$reqs" "$@"

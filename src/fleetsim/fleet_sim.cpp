@@ -54,6 +54,7 @@ struct Flight {
   int64_t predicted_cached = 0;
   int source = 0;  // KvEventIndex::Source of the prediction (learned without events)
   bool admitted = false;  // the engine's cached tokens were counted
+  bool whole = false;     // a whole answer (FleetConfig::whole_answers): the gateway hears of it at its end
   size_t gateway = 0;     // the gateway replica that placed it
   DispatchGuard guard;
 };
@@ -339,6 +340,7 @@ class Simulation {
     pick.text = text;
     pick.input_tokens = estimate_tokens(text);
     pick.max_output_tokens = req.kind == ApiKind::embedding ? 0 : req.max_tokens;
+    pick.whole_answer = whole_answer(id);
     engine::EngineRequest er;
     er.id = id;
     er.prompt = engine::tokenize(text);
@@ -355,6 +357,7 @@ class Simulation {
     }
     Flight f;
     f.id = id;
+    f.whole = pick.whole_answer;
     if (cfg_.trace > 0) f.group = req.group;
     if (cfg_.trace > 1) f.explain = router->explain_json(pick, now_);
     auto ranked = router->rank(pick, now_);
@@ -406,6 +409,17 @@ class Simulation {
     }
   }
 
+  // Whether request `id` asks for a whole answer: a draw from the seed and the id alone, so every
+  // policy sees the same requests streamed.
+  bool whole_answer(uint64_t id) const {
+    if (!(cfg_.whole_answers > 0)) return false;
+    uint64_t z = (cfg_.seed * 0x9e3779b97f4a7c15ULL) ^ (id + 0x632be59bd9b4e019ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;  // splitmix64's finaliser
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53 < cfg_.whole_answers;
+  }
+
   int64_t true_cached_tokens(size_t endpoint) const {
     const auto& bm = replicas_[endpoint].engine->blocks();
     const int64_t max_blocks = std::max<int64_t>(0, (current_tokens_ - 1) / bm.block_size());
@@ -438,14 +452,20 @@ class Simulation {
       }
       if (out.first_token && !f.first_token) {
         f.first_token = now_;
-        f.guard.on_first_token(now_);
+        if (!f.whole) f.guard.on_first_token(now_);
       }
-      if (out.new_tokens > 0) {
+      if (out.new_tokens > 0 && !f.whole) {
         f.guard.on_tokens(out.new_tokens);
         if (cfg_.fair_queue) gateways_[f.gateway].gate->queue.charge_output(f.tenant_id, 0, out.new_tokens);
       }
       f.output_tokens = out.output_tokens;
       if (out.finished) {
+        if (f.whole) {  // the whole answer, as the live proxy relays it: first token, tokens, charge at once
+          f.guard.on_first_token(now_, /*whole_answer=*/true);
+          f.guard.on_tokens(f.output_tokens);
+          if (cfg_.fair_queue && f.output_tokens > 0)
+            gateways_[f.gateway].gate->queue.charge_output(f.tenant_id, 0, f.output_tokens);
+        }
         const int status = *out.finished == engine::FinishReason::abort ? 500 : 200;
         f.guard.release();
         record(f, status);
@@ -578,6 +598,7 @@ class Simulation {
     out += r.ttft ? fmt::format("{:.3f}", to_millis(*r.ttft)) : std::string("null");
     out += fmt::format(",\"e2e_ms\":{:.3f}", to_millis(r.e2e));
     if (cfg_.client_retries > 0) out += fmt::format(",\"retries\":{}", retries);
+    if (cfg_.whole_answers > 0) out += f.whole ? ",\"whole\":true" : ",\"whole\":false";
     if (!f.explain.empty()) out += ",\"explain\":" + f.explain;
     out += "}\n";
   }
@@ -675,6 +696,7 @@ std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg) {
   if (cfg.gateways < 1 || cfg.gateways > 64) return std::string("gateways must be in [1, 64]");
   if (cfg.slow_replicas > cfg.replicas) return std::string("slow replicas must be at most the replicas");
   if (!(cfg.slow_factor >= 0.1 && cfg.slow_factor <= 100)) return std::string("slow factor must be in [0.1, 100]");
+  if (!(cfg.whole_answers >= 0 && cfg.whole_answers <= 1)) return std::string("whole answers must be a share in [0, 1]");
   if (cfg.kv_event_delay < Duration::zero()) return std::string("kv event delay must be >= 0");
   if (cfg.share_load && (cfg.share_load_interval <= Duration::zero() || cfg.share_load_delay < Duration::zero()))
     return std::string("share-load interval must be > 0 and its delay >= 0");
@@ -712,6 +734,7 @@ std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
   out += ",\"arrivals\":";
   append_json_string(out, cfg.arrivals.describe());
   if (cfg.slow_replicas > 0) out += fmt::format(",\"slow_replicas\":{},\"slow_factor\":{:g}", cfg.slow_replicas, cfg.slow_factor);
+  if (cfg.whole_answers > 0) out += fmt::format(",\"whole_answers\":{:g}", cfg.whole_answers);
   out += fmt::format(",\"offered_rate\":{},", cfg.arrivals.kind == workload::ArrivalKind::concurrency ? 0.0 : cfg.arrivals.rate);
   out += fmt::format("\"fleet\":{{\"prefix_hit_rate\":{:.6g},\"preemptions\":{},\"picks_min\":{},\"picks_max\":{},"
                      "\"mean_kv_usage\":{:.6g},\"steps\":{},\"virtual_s\":{:.6g},\"wall_s\":{:.6g},"

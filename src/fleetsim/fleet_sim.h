@@ -20,6 +20,8 @@
 // fairness between tenants (output charged as it streams) and the live gateway's FairShare of the
 // slots (unless `fair_share` is off).
 // The `oracle` policy is OraclePolicy with its callback wired to the replicas' true KV caches.
+// Whole answers (`whole_answers` > 0): that share of the requests is not streamed; the gateway
+// learns of such a request only when its whole answer comes (the live proxy's relay_buffered).
 // Client retries (`client_retries` > 0): a refused request (429 over_slo / queue_full, 503
 // no_endpoint / queue_timeout: anything the gateway answers with a Retry-After) comes back after that
 // Retry-After, jittered by the gateway's own rule (core/admission/outcome.h), up to `client_retries`
@@ -91,6 +93,11 @@ struct FleetConfig {
   // randomised policy, random or power_of_two, draws differently than without it).
   int trace = 0;
   int client_retries = 0;                // a refused request comes back after its Retry-After, this many times
+  // This share of the requests (drawn per request from the seed, the same for every policy) asks for
+  // a whole answer ("stream": false): the gateway sees no first token and no tokens until the answer
+  // is complete (DispatchGuard::on_first_token(now, whole_answer) then on_tokens, as the live proxy
+  // does), and charges the tenant's output then. Its TTFT is still the engine's first token.
+  double whole_answers = 0;
 };
 
 struct FleetResult {

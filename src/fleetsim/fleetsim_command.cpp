@@ -28,6 +28,7 @@ struct Flags {
   double lora_load_ms = 30, jitter = 0;
   size_t slow_replicas = 0;
   double slow_factor = 2.0;
+  double whole_answers = 0;
   std::string prefix_caching = "on";
   double scrape_ms = 50, stale_ms = 500;
   int max_in_flight = 0;
@@ -54,6 +55,8 @@ std::variant<fleetsim::FleetConfig, std::string> base_config(const Flags& f) {
   if (!(f.slow_factor >= 0.1 && f.slow_factor <= 100)) return std::string("--slow-factor must be in [0.1, 100]");
   c.slow_replicas = f.slow_replicas;
   c.slow_factor = f.slow_replicas > 0 ? f.slow_factor : 1.0;
+  if (!(f.whole_answers >= 0 && f.whole_answers <= 1)) return std::string("--whole-answers must be a share in [0, 1]");
+  c.whole_answers = f.whole_answers;
   auto prof = engine::find_profile(f.profile);
   if (!prof) return "unknown profile '" + f.profile + "'";
   c.engine = engine::EngineConfig::from_profile(*prof);
@@ -252,6 +255,10 @@ void add_fleetsim_command(CLI::App& app) {
                   "an older GPU generation in the same pool (same KV capacity and cache config)")
       ->capture_default_str();
   cmd->add_option("--slow-factor", flags->slow_factor, "With --slow-replicas: their step-time multiplier")
+      ->capture_default_str();
+  cmd->add_option("--whole-answers", flags->whole_answers,
+                  "This share of the requests asks for a whole answer (stream false): the gateway hears of it only "
+                  "when the answer is complete")
       ->capture_default_str();
   cmd->add_option("--max-loras", flags->max_loras, "LoRA adapters resident at once")->capture_default_str();
   cmd->add_option("--lora-load-ms", flags->lora_load_ms, "Adapter load latency")->capture_default_str();

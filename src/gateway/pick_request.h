@@ -20,6 +20,7 @@ inline PickRequest make_pick_request(ApiKind kind, const ModelRoute& route, cons
   pick.input_tokens = estimate_tokens(request.rendered);
   pick.max_output_tokens =
       generates(kind) ? request.max_output_tokens.value_or(kDefaultOutputBound) * request.completions : 0;
+  pick.whole_answer = generates(kind) && !request.stream;
   return pick;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "fleetsim/fleet_sim.h"
@@ -91,6 +92,49 @@ TEST(FleetSim, TraceHasOneLinePerRequestAndChangesNothing) {
 // A mixed fleet: the last replicas run their steps slow_factor times longer (everything else equal).
 // Under round robin (each replica gets the same requests), their requests' end-to-end times are
 // about that much longer, and the first replicas' are as in a uniform fleet.
+// Whole answers (not streamed): a share of the requests drawn per request id from the seed, the
+// same requests whatever the policy; the gateway hears of them at their end, and the sluice
+// policy's view of its queues (the expected first token) keeps its placements as good as with
+// streams.
+TEST(FleetSim, WholeAnswersAreTheSameRequestsForEveryPolicyAndServedAlike) {
+  const auto whole_ids = [](const FleetResult& r) {
+    std::set<int64_t> ids;
+    std::istringstream in(r.trace);
+    simdjson::dom::parser parser;
+    for (std::string line; std::getline(in, line);) {
+      simdjson::dom::element e;
+      EXPECT_EQ(parser.parse(line).get(e), simdjson::SUCCESS) << line;
+      if (bool(e["whole"])) ids.insert(int64_t(e["id"]));
+    }
+    return ids;
+  };
+  auto cfg = small_fleet("sluice");
+  cfg.trace = 1;
+  cfg.whole_answers = 0.5;
+  const auto sl = run_ok(cfg);
+  cfg.policy = "round_robin";
+  const auto rr = run_ok(cfg);
+  const auto ids = whole_ids(sl);
+  EXPECT_GT(ids.size(), 160u);
+  EXPECT_LT(ids.size(), 240u);
+  EXPECT_EQ(ids, whole_ids(rr));
+  EXPECT_EQ(sl.figures.ok, 400u);
+  // All whole answers against all streamed, sluice: the same service within noise.
+  cfg.policy = "sluice";
+  cfg.trace = 0;
+  cfg.whole_answers = 1;
+  const auto whole = run_ok(cfg);
+  cfg.whole_answers = 0;
+  const auto streamed = run_ok(cfg);
+  EXPECT_EQ(whole.figures.ok, 400u);
+  EXPECT_LT(whole.figures.ttft.p90, 1.3 * streamed.figures.ttft.p90);
+  EXPECT_GT(whole.prefix_hit_rate, 0.9 * streamed.prefix_hit_rate);
+  for (double bad : {-0.1, 1.5}) {
+    cfg.whole_answers = bad;
+    EXPECT_TRUE(std::holds_alternative<std::string>(run_fleet(cfg))) << bad;
+  }
+}
+
 TEST(FleetSim, AMixedFleetsSlowReplicasServeSlower) {
   auto uniform = small_fleet("round_robin");
   uniform.trace = 1;

@@ -59,6 +59,46 @@ class DebugPick(unittest.TestCase):
             tmp.cleanup()
 
 
+class WholeAnswers(unittest.TestCase):
+    def test_a_whole_answer_leaves_the_prefill_queue_when_its_first_token_is_expected(self):
+        """Requests that are not streamed show the gateway no first token: while they decode, the
+        picker's view of the replica (/debug/pick) has them in flight but no longer queued for a
+        prefill (the policy's expected first token has passed), and all of it is gone after."""
+        import threading
+        sim, ports = fleet.start_sim(SLUICE, replicas=1)
+        tmp = tempfile.TemporaryDirectory()
+        gw = None
+        try:
+            gw, listen, admin = fleet.start_gateway(SLUICE, ports, tmp.name)
+            statuses = []
+
+            def ask(i):
+                body = json.dumps({"model": fleet.MODEL, "max_tokens": 400, "stream": False, "ignore_eos": True,
+                                   "messages": [{"role": "user", "content": f"request {i}: " + "a long question " * 120}]})
+                statuses.append(fleet.http_req(listen, "POST", "/v1/chat/completions", body, timeout=60)[0])
+
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            probe = json.dumps({"model": fleet.MODEL, "prompt": "where next?", "max_tokens": 4})
+            time.sleep(1.0)  # prefills of ~500 tokens take tens of ms; 400 tokens of decode take seconds
+            status, raw = fleet.http_req(admin, "POST", "/debug/pick", probe)
+            self.assertEqual(status, 200, raw)
+            c = json.loads(raw)["candidates"][0]
+            self.assertEqual(c["in_flight"], 3, c)
+            self.assertEqual(c["prefill_tokens"], 0, c)
+            for t in threads:
+                t.join(60)
+            self.assertEqual(statuses, [200, 200, 200])
+            c = json.loads(fleet.http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]
+            self.assertEqual((c["in_flight"], c["prefill_tokens"]), (0, 0), c)
+        finally:
+            if gw:
+                gw.stop()
+            sim.stop()
+            tmp.cleanup()
+
+
 class RoutingHeaders(unittest.TestCase):
     def test_endpoint_and_predicted_cached_tokens_headers(self):
         sim, ports = fleet.start_sim(SLUICE, replicas=2)

@@ -31,6 +31,10 @@ struct PickRequest {
   std::span<const uint32_t> token_ids;
   int64_t input_tokens = 0;      // estimated (the engine's count when token_ids are known)
   int64_t max_output_tokens = 0; // output bound used for accounting
+  // The client asked for a whole answer (not streamed): the gateway hears of its first token only
+  // when the answer is complete, so PoolRouter moves it on to its decode when the policy expects
+  // its first token (Policy::expected_prefill_ms).
+  bool whole_answer = false;
 };
 
 struct Candidate {
@@ -111,6 +115,11 @@ class Policy {
   // The head of `endpoint`'s own prefill queue passed its first token at `now`: how long it was the
   // head, and what it prefilled beside what (PrefillSample). A policy may learn the endpoint's pace.
   virtual void on_prefill_done(size_t endpoint, const PrefillSample& sample, Time now) {}
+  // The ms the head of `endpoint`'s own prefill queue is expected to take as the head (`head`: as a
+  // sample, elapsed_ms unused), or < 0 when the policy has no model of it. PoolRouter moves a
+  // whole-answer request (PickRequest::whole_answer), whose first token it never sees, on to its
+  // decode when that time has passed.
+  virtual double expected_prefill_ms(size_t endpoint, const PrefillSample& head) const { return -1; }
   // The request was refused on the policy's advice (shed_advised; `advised`: its first candidate):
   // told to come back later.
   virtual void on_shed(const Candidate& advised, Time now) {}

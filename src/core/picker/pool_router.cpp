@@ -71,8 +71,9 @@ void PoolRouter::build_views(Time now) {
     merged_.resize(endpoints_.size());
   }
   for (size_t i = 0; i < endpoints_.size(); ++i) {
-    const auto& ep = endpoints_[i];
+    auto& ep = endpoints_[i];
     if (!ep.healthy) continue;
+    advance_whole_answers(ep, now);
     const EndpointLoad* load = &ep.load;
     if (peer_) {  // merge: own + the live peers' (peer_load.h)
       merged_[i] = ep.load;
@@ -159,13 +160,11 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   load.predicted_cached_tokens_total += std::max<int64_t>(0, chosen.predicted_cached_tokens);
   load.prefill_tokens += g.prefill_;
   g.seq_ = next_seq_++;
-  auto& fifo = endpoints_[chosen.endpoint].prefill_fifo;
-  if (fifo.empty()) {
-    load.prefill_head_tokens = g.prefill_;
-    load.prefill_head_pairs = g.pairs_;
-    load.prefill_head_since = now;
-  }
-  fifo.push_back({g.seq_, g.prefill_, g.pairs_});
+  Endpoint& ep = endpoints_[chosen.endpoint];
+  const bool head = ep.prefill_fifo.empty();
+  // A whole answer's first token is never seen; an embedding's answer is its prefill.
+  ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding});
+  if (head) set_head(ep, now, true);
   last_now_ = std::max(last_now_, now);
   load.decode_tokens += g.decode_;
   load.assigned_since_scrape += 1;
@@ -185,16 +184,56 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   return g;
 }
 
-void PoolRouter::leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now) {
+std::deque<PoolRouter::Endpoint::Pending>::iterator PoolRouter::pending(Endpoint& ep, uint64_t seq) {
   auto& fifo = ep.prefill_fifo;
   auto it = std::lower_bound(fifo.begin(), fifo.end(), seq, [](const Endpoint::Pending& p, uint64_t s) { return p.seq < s; });
-  if (it == fifo.end() || it->seq != seq) return;
+  return it != fifo.end() && it->seq == seq ? it : fifo.end();
+}
+
+void PoolRouter::leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now, bool known) {
+  auto& fifo = ep.prefill_fifo;
+  auto it = pending(ep, seq);
+  if (it == fifo.end()) return;
+  const bool whole = it->whole;
   it->tokens = -1;
   if (it != fifo.begin()) return;  // ended out of order: the head is unchanged
   while (!fifo.empty() && fifo.front().tokens < 0) fifo.pop_front();
+  // After a whole answer the next head's start is not known (it began when the answer's prefill
+  // did, long before the answer).
+  set_head(ep, now, known && !whole);
+}
+
+void PoolRouter::set_head(Endpoint& ep, Time since, bool known) {
+  const auto& fifo = ep.prefill_fifo;
   ep.load.prefill_head_tokens = fifo.empty() ? 0 : fifo.front().tokens;
   ep.load.prefill_head_pairs = fifo.empty() ? 0.0 : fifo.front().pairs;
-  ep.load.prefill_head_since = now;
+  ep.load.prefill_head_since = since;
+  ep.head_known = known;
+  ep.head_done_at = Time::max();
+  if (fifo.empty() || !fifo.front().whole) return;
+  PrefillSample head;
+  head.tokens = static_cast<double>(std::max<int64_t>(0, fifo.front().tokens));
+  head.pairs = std::max(0.0, fifo.front().pairs);
+  head.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
+  head.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
+  head.behind = static_cast<double>(std::max<int64_t>(0, ep.load.prefill_tokens - fifo.front().tokens));
+  if (ep.signals.present) head.kv_usage = ep.signals.kv_usage;
+  const size_t index = static_cast<size_t>(&ep - endpoints_.data());
+  const double ms = policy_->expected_prefill_ms(index, head);
+  if (ms >= 0 && ms < 1e9) ep.head_done_at = since + std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
+void PoolRouter::advance_whole_answers(Endpoint& ep, Time now) {
+  auto& fifo = ep.prefill_fifo;
+  while (!fifo.empty() && fifo.front().whole && ep.head_done_at <= now) {
+    const Endpoint::Pending done = fifo.front();
+    fifo.pop_front();  // gone from the queue: its guard's ending finds it moved on (leave_prefill_queue)
+    ep.load.prefill_tokens -= done.tokens;
+    ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - done.pairs);
+    ep.load.prefill_requests -= 1;
+    while (!fifo.empty() && fifo.front().tokens < 0) fifo.pop_front();
+    set_head(ep, ep.head_done_at, false);
+  }
 }
 
 void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context,
@@ -202,15 +241,18 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
   std::lock_guard lock(mu_);
   auto& load = endpoints_[endpoint].load;
   load.in_flight -= 1;
-  if (!decoding) {
+  Endpoint& ep = endpoints_[endpoint];
+  // Not in the queue any more: a whole answer the model moved on (its prefill already off the load).
+  const bool queued = !decoding && pending(ep, seq) != ep.prefill_fifo.end();
+  if (queued) {
     load.prefill_requests -= 1;
-    leave_prefill_queue(endpoints_[endpoint], seq, last_now_);
+    load.prefill_tokens -= prefill;
+    load.prefill_pairs = std::max(0.0, load.prefill_pairs - pairs);
   }
   load.context_tokens -= context;
   load.live_context_tokens -= live;
-  load.prefill_tokens -= prefill;
-  load.prefill_pairs = std::max(0.0, load.prefill_pairs - pairs);
   load.decode_tokens -= decode;
+  if (queued) leave_prefill_queue(ep, seq, last_now_, true);
 }
 
 void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample) {
@@ -218,7 +260,8 @@ void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, 
   last_now_ = std::max(last_now_, now);
   Endpoint& ep = endpoints_[endpoint];
   // The head's first token, at a known time: how long it was the head is its prefill's pace here.
-  if (sample && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq && now > ep.load.prefill_head_since) {
+  if (sample && ep.head_known && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq &&
+      now > ep.load.prefill_head_since) {
     PrefillSample s;
     s.tokens = static_cast<double>(std::max<int64_t>(0, prefill));
     s.pairs = std::max(0.0, pairs);
@@ -229,10 +272,11 @@ void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, 
     if (ep.signals.present) s.kv_usage = ep.signals.kv_usage;
     policy_->on_prefill_done(endpoint, s, now);
   }
-  leave_prefill_queue(ep, seq, last_now_);
+  if (pending(ep, seq) == ep.prefill_fifo.end()) return;  // a whole answer the model moved on already
   ep.load.prefill_tokens -= prefill;
   ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - pairs);
   ep.load.prefill_requests -= 1;
+  leave_prefill_queue(ep, seq, last_now_, sample);
 }
 
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {

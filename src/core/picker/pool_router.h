@@ -173,13 +173,30 @@ class PoolRouter {
       uint64_t seq;
       int64_t tokens;
       double pairs;
+      bool whole;  // PickRequest::whole_answer: its first token is never seen (advance_whole_answers)
     };
     std::deque<Pending> prefill_fifo;
+    // The front's time as the head is known (it became the head at a dispatch onto an empty queue,
+    // or at a streamed request's first token or ending): only then is its own first token a sample
+    // of the endpoint's pace.
+    bool head_known = true;
+    // A whole-answer front: when the policy expects its first token (Time::max(): no model).
+    Time head_done_at = Time::max();
   };
   void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding,
                uint64_t seq);
   void move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample);
-  void leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now);  // mu_ held
+  // `seq`'s entry in its endpoint's prefill queue, or the queue's end when it is no longer there
+  // (passed first token, or a whole answer the model moved on: its prefill already off the load).
+  std::deque<Endpoint::Pending>::iterator pending(Endpoint& ep, uint64_t seq);  // mu_ held
+  // Marks `seq` done in its endpoint's prefill queue (its load already taken off); `known`: the
+  // next head starts now (a streamed first token or an ending). mu_ held.
+  void leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now, bool known);
+  // The front of the queue became the head at `since` (mu_ held).
+  void set_head(Endpoint& ep, Time since, bool known);
+  // Whole-answer heads whose expected first token (Policy::expected_prefill_ms) has passed by
+  // `now` leave the prefill queue, one after the other (mu_ held).
+  void advance_whole_answers(Endpoint& ep, Time now);
   DispatchGuard dispatch_locked(const PickRequest& req, const Candidate& chosen, Time now);  // mu_ held
   bool at_cap(size_t endpoint) const {  // mu_ held
     return endpoints_[endpoint].load.in_flight >= config_.max_in_flight_per_endpoint;

@@ -696,20 +696,12 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   // KV's (the KV terms price it), not the GPU's pace.
   if (!(s.elapsed_ms >= 0) || s.kv_usage >= params_.kv_risk_start) return;
   if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
-  SluiceInputs alone;
-  alone.decoding = s.decoding;
-  alone.kv_read = s.kv_read;
-  // Its steps (as many as its own tokens need) also carry the prefills queued behind it, up to the
-  // step's budget.
-  const double steps = std::max(1.0, std::ceil(s.tokens / params_.chunk_tokens));
-  const double shared = std::min(s.behind, steps * params_.chunk_tokens - s.tokens);
-  const double model = ttft_of(params_, alone, 0.0, s.tokens + std::max(0.0, shared), s.pairs);
+  const double model = prefill_model_ms(s);
   if (!(model > 0)) return;
-  // The pool's observed / modelled ms for prefills of this size (a bin per doubling of the modelled
-  // ms), this sample included: what the model misses in common (the step in progress when a request
-  // is dispatched, prefills that share a step) is not the endpoint's pace.
-  const auto bin = static_cast<size_t>(std::clamp(std::floor(std::log2(std::max(1.0, model))), 0.0, double(kPaceBins - 1)));
-  PaceBin& b = pace_bins_[bin];
+  // The pool's observed / modelled ms for prefills of this size, this sample included: what the
+  // model misses in common (the step in progress when a request is dispatched, prefills that share
+  // a step) is not the endpoint's pace.
+  PaceBin& b = pace_bins_[pace_bin(model)];
   b.observed_ms = b.observed_ms * kPaceKeepPool + s.elapsed_ms;
   b.model_ms = b.model_ms * kPaceKeepPool + model;
   Pace& q = pace_[endpoint];
@@ -720,6 +712,33 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   q.samples = q.samples * kPaceKeep + 1;
   q.last = now;
   q.factor = pace_factor(q, now);
+}
+
+// The profile's ms for the prefill of a queue's head (as the TTFT formula with no queue ahead): its
+// steps (as many as its own tokens need) also carry the prefills queued behind it, up to the step's
+// budget.
+double SluicePolicy::prefill_model_ms(const PrefillSample& s) const {
+  SluiceInputs alone;
+  alone.decoding = s.decoding;
+  alone.kv_read = s.kv_read;
+  const double steps = std::max(1.0, std::ceil(s.tokens / params_.chunk_tokens));
+  const double shared = std::min(s.behind, steps * params_.chunk_tokens - s.tokens);
+  return ttft_of(params_, alone, 0.0, s.tokens + std::max(0.0, shared), s.pairs);
+}
+
+// A bin per doubling of the modelled ms.
+size_t SluicePolicy::pace_bin(double model_ms) {
+  return static_cast<size_t>(std::clamp(std::floor(std::log2(std::max(1.0, model_ms))), 0.0, double(kPaceBins - 1)));
+}
+
+// A whole answer's expected first token (PoolRouter): the profile's ms, times what the pool's
+// prefills of that size took over it (1 before any sample), times the endpoint's pace.
+double SluicePolicy::expected_prefill_ms(size_t endpoint, const PrefillSample& head) const {
+  const double model = prefill_model_ms(head);
+  if (!(model >= 0)) return -1;
+  const PaceBin& b = pace_bins_[pace_bin(model)];
+  const double pool = b.model_ms > 0 && b.observed_ms > 0 ? b.observed_ms / b.model_ms : 1.0;
+  return model * pool * pace_of(endpoint);
 }
 
 // The factor (header, pace): R = observed / expected, its spread over the samples (each sample's

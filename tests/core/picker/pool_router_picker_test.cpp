@@ -40,6 +40,12 @@ class RecordingPolicy final : public Policy {
   void on_prefill_done(size_t endpoint, const PrefillSample& s, Time now) override {
     samples.push_back({endpoint, s, now});
   }
+  double expected_prefill_ms(size_t, const PrefillSample& head) const override {
+    heads.push_back(head);
+    return expected_ms;
+  }
+  double expected_ms = -1;  // < 0: no model
+  mutable std::vector<PrefillSample> heads;  // what expected_prefill_ms was asked
   struct Seen {
     size_t endpoint;
     PrefillSample sample;
@@ -86,6 +92,80 @@ TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
   ge.on_first_token(ms(900), /*whole_answer=*/true);  // a whole answer: its decode is in the time too
   EXPECT_EQ(policy.samples.size(), 2u);
   EXPECT_EQ(r.snapshot(ms(900))[0].load.prefill_requests, 0);  // the accounting moved on all the same
+}
+
+// A whole answer (not streamed) shows no first token: it leaves the prefill queue when the policy
+// expects its first token (asked when it becomes the head), and the next head's time from then is
+// a model's, so its own first token is no sample. Its answer, or its ending, later takes nothing
+// off twice. Without a model it stays queued until its answer, as before.
+TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpected) {
+  auto cfg = pool_of(1, "round_robin");
+  auto owned = std::make_unique<RecordingPolicy>();
+  RecordingPolicy& policy = *owned;
+  policy.expected_ms = 100;
+  PoolRouter r(cfg, std::move(owned));
+  const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
+  const auto load = [&](Time now) {
+    r.rank(req_of("x"), now);  // a ranking moves the queue on
+    return r.snapshot(now)[0].load;
+  };
+  const std::string ta(4000, 'a'), tb(2000, 'b');
+  auto w = req_of(ta, 40);  // 1000 tokens, a whole answer
+  w.whole_answer = true;
+  auto s = req_of(tb, 10);  // 500, streamed
+  DispatchGuard gw = r.dispatch(w, r.rank(w, ms(10))[0], ms(10));
+  ASSERT_EQ(policy.heads.size(), 1u);  // asked once, as it became the head
+  EXPECT_DOUBLE_EQ(policy.heads[0].tokens, 1000.0);
+  EXPECT_DOUBLE_EQ(policy.heads[0].pairs, 1000.0 * 500.0);
+  DispatchGuard gs = r.dispatch(s, r.rank(s, ms(20))[0], ms(20));
+  EXPECT_EQ(load(ms(109)).prefill_requests, 2);
+  EXPECT_EQ(load(ms(109)).prefill_tokens, 1500);
+  const EndpointLoad after = load(ms(111));  // w's first token expected at 110
+  EXPECT_EQ(after.prefill_requests, 1);
+  EXPECT_EQ(after.prefill_tokens, 500);
+  EXPECT_EQ(after.in_flight, 2);  // w decodes
+  EXPECT_EQ(after.prefill_head_tokens, 500);
+  EXPECT_EQ(after.prefill_head_since, ms(110));
+  gs.on_first_token(ms(150));  // its time as the head was the model's: no sample
+  EXPECT_TRUE(policy.samples.empty());
+  EXPECT_EQ(load(ms(150)).prefill_requests, 0);
+  gw.on_first_token(ms(900), /*whole_answer=*/true);  // the answer: its prefill is off already
+  gw.on_tokens(40);
+  const EndpointLoad answered = load(ms(900));
+  EXPECT_EQ(answered.prefill_requests, 0);
+  EXPECT_EQ(answered.prefill_tokens, 0);
+  EXPECT_DOUBLE_EQ(answered.prefill_pairs, 0.0);
+  gw.release();
+  gs.release();
+  const EndpointLoad idle = load(ms(950));
+  EXPECT_EQ(idle.in_flight, 0);
+  EXPECT_EQ(idle.prefill_requests, 0);
+  EXPECT_EQ(idle.prefill_tokens, 0);
+  EXPECT_EQ(idle.decode_tokens, 0);
+  EXPECT_EQ(idle.live_context_tokens, 0);
+  // Moved on, then ended without an answer (an error): nothing taken off twice.
+  DispatchGuard gx = r.dispatch(w, r.rank(w, ms(1000))[0], ms(1000));
+  EXPECT_EQ(load(ms(1200)).prefill_requests, 0);
+  gx.release();
+  EXPECT_EQ(load(ms(1200)).prefill_requests, 0);
+  EXPECT_EQ(load(ms(1200)).prefill_tokens, 0);
+  EXPECT_EQ(load(ms(1200)).in_flight, 0);
+  // A streamed request after a whole answer that left at its answer: its start is not known either.
+  policy.expected_ms = -1;  // no model: a whole answer stays queued until its answer
+  DispatchGuard gy = r.dispatch(w, r.rank(w, ms(2000))[0], ms(2000));
+  DispatchGuard gz = r.dispatch(s, r.rank(s, ms(2010))[0], ms(2010));
+  EXPECT_EQ(load(ms(9000)).prefill_requests, 2);
+  gy.on_first_token(ms(9000), /*whole_answer=*/true);
+  EXPECT_EQ(load(ms(9000)).prefill_requests, 1);
+  gz.on_first_token(ms(9050));
+  EXPECT_TRUE(policy.samples.empty());
+  // An embedding's answer is its prefill: never moved on by the model.
+  policy.expected_ms = 1;
+  auto e = req_of(tb, 0);
+  e.kind = ApiKind::embedding;
+  e.whole_answer = true;
+  DispatchGuard ge = r.dispatch(e, r.rank(e, ms(10000))[0], ms(10000));
+  EXPECT_EQ(load(ms(10500)).prefill_requests, 1);
 }
 
 TEST(PoolRouterPicker, PrefillQueueHeadFollowsDispatchOrder) {

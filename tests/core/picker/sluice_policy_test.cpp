@@ -66,6 +66,35 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
 // is priced with its step times doubled, relative to the pool: what the model misses in common
 // (here the pool's prefills all take 1.5x the model) is not an endpoint's pace, nor is the size of
 // the prefills an endpoint happens to get.
+// A whole answer's expected first token (PoolRouter moves it on then): the profile's prefill time,
+// times what the pool's prefills of that size took over it, times the endpoint's pace.
+TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTheEndpointsPace) {
+  SluicePolicy p({}, PoolKind::chat);
+  PrefillSample head;
+  head.tokens = 1000;
+  head.pairs = 1000.0 * 500.0;
+  // 24.75 ms by the model alone on an idle endpoint (IdleTtftFollowsTheCostModel); more beside
+  // decoders reading their KV.
+  EXPECT_NEAR(p.expected_prefill_ms(0, head), 24.75, 1e-9);
+  PrefillSample busy = head;
+  busy.decoding = 32;
+  busy.kv_read = 32 * 8000;
+  EXPECT_GT(p.expected_prefill_ms(0, busy), 24.75);
+  // The pool's 1,000-token prefills take 1.5x the model on endpoint 0, 3x on endpoint 1.
+  PrefillSample s = head;
+  for (int i = 0; i < 200; ++i) {
+    s.elapsed_ms = 1.5 * 24.75;
+    p.on_prefill_done(0, s, Time{});
+    s.elapsed_ms = 3.0 * 24.75;
+    p.on_prefill_done(1, s, Time{});
+  }
+  const double e0 = p.expected_prefill_ms(0, head), e1 = p.expected_prefill_ms(1, head);
+  EXPECT_NEAR(e0, 1.5 * 24.75, 0.15 * 24.75);
+  EXPECT_NEAR(e1, 3.0 * 24.75, 0.3 * 24.75);
+  // An endpoint with no samples of its own: the pool's time.
+  EXPECT_NEAR(p.expected_prefill_ms(5, head), 2.25 * 24.75, 0.01 * 24.75);  // (the later samples weigh a little more)
+}
+
 TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
   SluicePolicy p({}, PoolKind::chat);
   FakePool pool(2);
