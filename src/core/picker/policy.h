@@ -31,9 +31,10 @@ struct PickRequest {
   std::span<const uint32_t> token_ids;
   int64_t input_tokens = 0;      // estimated (the engine's count when token_ids are known)
   int64_t max_output_tokens = 0; // output bound used for accounting
-  // The client asked for a whole answer (not streamed): the gateway hears of its first token only
-  // when the answer is complete, so PoolRouter moves it on to its decode when the policy expects
-  // its first token (Policy::expected_prefill_ms).
+  // The client asked for a whole answer (not streamed): the gateway hears of its first token and
+  // tokens only when the answer is complete, so PoolRouter moves it on to its decode when the
+  // policy expects its first token (Policy::expected_prefill) and counts its tokens at the
+  // policy's expected ITL (Policy::expected_itl_ms) until then.
   bool whole_answer = false;
 };
 
@@ -103,6 +104,14 @@ struct PrefillSample {
   double kv_usage = 0;  // the endpoint's KV usage as last scraped (0 when unknown)
 };
 
+// A queue head's expected first token: `ms` after it became the head (< 0: the policy has no
+// model), its steps carrying `carried` uncached tokens of the prefills queued behind it, which the
+// engine schedules into the same steps up to its token budget (done with it).
+struct ExpectedPrefill {
+  double ms = -1;
+  double carried = 0;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -115,11 +124,14 @@ class Policy {
   // The head of `endpoint`'s own prefill queue passed its first token at `now`: how long it was the
   // head, and what it prefilled beside what (PrefillSample). A policy may learn the endpoint's pace.
   virtual void on_prefill_done(size_t endpoint, const PrefillSample& sample, Time now) {}
-  // The ms the head of `endpoint`'s own prefill queue is expected to take as the head (`head`: as a
-  // sample, elapsed_ms unused), or < 0 when the policy has no model of it. PoolRouter moves a
-  // whole-answer request (PickRequest::whole_answer), whose first token it never sees, on to its
-  // decode when that time has passed.
-  virtual double expected_prefill_ms(size_t endpoint, const PrefillSample& head) const { return -1; }
+  // How long the head of `endpoint`'s own prefill queue is expected to take as the head (`head`: as
+  // a sample, elapsed_ms unused; ExpectedPrefill). PoolRouter moves a whole-answer request
+  // (PickRequest::whole_answer), whose first token it never sees, on to its decode when that time
+  // has passed, with the whole answers behind it its steps carry.
+  virtual ExpectedPrefill expected_prefill(size_t endpoint, const PrefillSample& head) const { return {}; }
+  // The ms between two tokens of the decoders at `endpoint` (`batch`: its decoding and kv_read as
+  // in a sample), or < 0 without a model: PoolRouter counts a moved-on whole answer's tokens by it.
+  virtual double expected_itl_ms(size_t endpoint, const PrefillSample& batch) const { return -1; }
   // The request was refused on the policy's advice (shed_advised; `advised`: its first candidate):
   // told to come back later.
   virtual void on_shed(const Candidate& advised, Time now) {}

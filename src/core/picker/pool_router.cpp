@@ -74,6 +74,7 @@ void PoolRouter::build_views(Time now) {
     auto& ep = endpoints_[i];
     if (!ep.healthy) continue;
     advance_whole_answers(ep, now);
+    count_whole_tokens(ep, now);
     const EndpointLoad* load = &ep.load;
     if (peer_) {  // merge: own + the live peers' (peer_load.h)
       merged_[i] = ep.load;
@@ -163,7 +164,7 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   Endpoint& ep = endpoints_[chosen.endpoint];
   const bool head = ep.prefill_fifo.empty();
   // A whole answer's first token is never seen; an embedding's answer is its prefill.
-  ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding});
+  ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding, g.decode_});
   if (head) set_head(ep, now, true);
   last_now_ = std::max(last_now_, now);
   load.decode_tokens += g.decode_;
@@ -219,29 +220,85 @@ void PoolRouter::set_head(Endpoint& ep, Time since, bool known) {
   head.behind = static_cast<double>(std::max<int64_t>(0, ep.load.prefill_tokens - fifo.front().tokens));
   if (ep.signals.present) head.kv_usage = ep.signals.kv_usage;
   const size_t index = static_cast<size_t>(&ep - endpoints_.data());
-  const double ms = policy_->expected_prefill_ms(index, head);
-  if (ms >= 0 && ms < 1e9) ep.head_done_at = since + std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(ms));
+  const ExpectedPrefill e = policy_->expected_prefill(index, head);
+  if (!(e.ms >= 0 && e.ms < 1e9)) return;
+  ep.head_done_at = since + std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(e.ms));
+  ep.head_carried = std::max(0.0, e.carried);
 }
 
 void PoolRouter::advance_whole_answers(Endpoint& ep, Time now) {
   auto& fifo = ep.prefill_fifo;
   while (!fifo.empty() && fifo.front().whole && ep.head_done_at <= now) {
-    const Endpoint::Pending done = fifo.front();
-    fifo.pop_front();  // gone from the queue: its guard's ending finds it moved on (leave_prefill_queue)
-    ep.load.prefill_tokens -= done.tokens;
-    ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - done.pairs);
-    ep.load.prefill_requests -= 1;
-    while (!fifo.empty() && fifo.front().tokens < 0) fifo.pop_front();
-    set_head(ep, ep.head_done_at, false);
+    const Time at = ep.head_done_at;
+    double carried = ep.head_carried;
+    move_on_whole(ep, fifo.front(), at);
+    fifo.pop_front();  // gone from the queue: its guard's ending finds it moved on (pending)
+    // The whole answers its steps carried are done with it (FCFS into the step's token budget);
+    // a streamed request, or one only partly carried, is the next head.
+    while (!fifo.empty()) {
+      const Endpoint::Pending& next = fifo.front();
+      if (next.tokens >= 0) {
+        if (!next.whole || static_cast<double>(next.tokens) > carried) break;
+        carried -= static_cast<double>(next.tokens);
+        move_on_whole(ep, next, at);
+      }
+      fifo.pop_front();
+    }
+    set_head(ep, at, false);
+  }
+}
+
+void PoolRouter::move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time at) {
+  ep.load.prefill_tokens -= done.tokens;
+  ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - done.pairs);
+  ep.load.prefill_requests -= 1;
+  if (ep.whole_decoding.empty()) {
+    ep.whole_counted_at = at;
+    ep.whole_steps = 0;
+  }
+  ep.whole_decoding.push_back({done.seq, std::max<int64_t>(0, done.decode), 0});
+}
+
+void PoolRouter::count_whole_tokens(Endpoint& ep, Time now) {
+  // At most every 2 ms: a decode step is ~10 ms, and the count is a sum over the decoders.
+  if (ep.whole_decoding.empty() || now - ep.whole_counted_at < std::chrono::milliseconds(2)) return;
+  PrefillSample batch;
+  batch.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
+  batch.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
+  const double itl = policy_->expected_itl_ms(static_cast<size_t>(&ep - endpoints_.data()), batch);
+  if (itl > 0) ep.whole_steps += to_millis(now - ep.whole_counted_at) / itl;
+  ep.whole_counted_at = now;
+  const auto steps = static_cast<int64_t>(std::min(ep.whole_steps, 1e9));
+  if (steps <= 0) return;
+  ep.whole_steps -= static_cast<double>(steps);
+  for (auto& d : ep.whole_decoding) {
+    const int64_t n = std::min(steps, d.bound - d.counted);
+    if (n <= 0) continue;
+    d.counted += n;
+    ep.load.decode_tokens -= n;
+    ep.load.live_context_tokens += n;
+  }
+}
+
+void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq) {
+  auto& v = ep.whole_decoding;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].seq != seq) continue;
+    ep.load.decode_tokens += v[i].counted;
+    ep.load.live_context_tokens -= v[i].counted;
+    v[i] = v.back();
+    v.pop_back();
+    return;
   }
 }
 
 void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context,
                          int64_t live, bool decoding, uint64_t seq) {
   std::lock_guard lock(mu_);
-  auto& load = endpoints_[endpoint].load;
-  load.in_flight -= 1;
   Endpoint& ep = endpoints_[endpoint];
+  settle_whole(ep, seq);
+  auto& load = ep.load;
+  load.in_flight -= 1;
   // Not in the queue any more: a whole answer the model moved on (its prefill already off the load).
   const bool queued = !decoding && pending(ep, seq) != ep.prefill_fifo.end();
   if (queued) {
@@ -259,6 +316,7 @@ void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, 
   std::lock_guard lock(mu_);
   last_now_ = std::max(last_now_, now);
   Endpoint& ep = endpoints_[endpoint];
+  settle_whole(ep, seq);  // its own tokens follow (DispatchGuard::on_tokens)
   // The head's first token, at a known time: how long it was the head is its prefill's pace here.
   if (sample && ep.head_known && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq &&
       now > ep.load.prefill_head_since) {

@@ -174,14 +174,27 @@ class PoolRouter {
       int64_t tokens;
       double pairs;
       bool whole;  // PickRequest::whole_answer: its first token is never seen (advance_whole_answers)
+      int64_t decode;  // its output bound (a whole answer's tokens are counted up to it)
     };
     std::deque<Pending> prefill_fifo;
     // The front's time as the head is known (it became the head at a dispatch onto an empty queue,
     // or at a streamed request's first token or ending): only then is its own first token a sample
     // of the endpoint's pace.
     bool head_known = true;
-    // A whole-answer front: when the policy expects its first token (Time::max(): no model).
+    // A whole-answer front: when the policy expects its first token (Time::max(): no model), and
+    // the uncached tokens behind it its steps carry (whole answers within them are done with it).
     Time head_done_at = Time::max();
+    double head_carried = 0;
+    // Whole answers moved on to their decode: the tokens counted for each at the policy's expected
+    // ITL (count_whole_tokens), taken back when its answer or ending comes (settle_whole).
+    struct WholeDecoder {
+      uint64_t seq;
+      int64_t bound;    // its output bound
+      int64_t counted;  // tokens moved from EndpointLoad::decode_tokens to live_context_tokens
+    };
+    std::vector<WholeDecoder> whole_decoding;
+    Time whole_counted_at{};
+    double whole_steps = 0;  // a step's fraction not yet counted
   };
   void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding,
                uint64_t seq);
@@ -194,9 +207,14 @@ class PoolRouter {
   void leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now, bool known);
   // The front of the queue became the head at `since` (mu_ held).
   void set_head(Endpoint& ep, Time since, bool known);
-  // Whole-answer heads whose expected first token (Policy::expected_prefill_ms) has passed by
+  // Whole-answer heads whose expected first token (Policy::expected_prefill) has passed by
   // `now` leave the prefill queue, one after the other (mu_ held).
   void advance_whole_answers(Endpoint& ep, Time now);
+  void move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time at);  // mu_ held
+  // The moved-on whole answers' tokens since the last count: one per expected step (mu_ held).
+  void count_whole_tokens(Endpoint& ep, Time now);
+  // `seq`'s counted tokens handed back, before its guard's own accounting takes over (mu_ held).
+  void settle_whole(Endpoint& ep, uint64_t seq);
   DispatchGuard dispatch_locked(const PickRequest& req, const Candidate& chosen, Time now);  // mu_ held
   bool at_cap(size_t endpoint) const {  // mu_ held
     return endpoints_[endpoint].load.in_flight >= config_.max_in_flight_per_endpoint;

@@ -388,6 +388,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   const double mean_context = mean_prompt_ + mean_output_ / 2;
   evals_.resize(endpoints.size());
   const double duty = embed ? 0.0 : prefill_duty(endpoints, now);
+  if (!embed) duty_ = duty;
   refresh_pace(now);
   const Duty factors(p, duty, pace_share_);
   const double pool_arrivals_per_ms = pool_arrivals(endpoints.size());
@@ -696,7 +697,7 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   // KV's (the KV terms price it), not the GPU's pace.
   if (!(s.elapsed_ms >= 0) || s.kv_usage >= params_.kv_risk_start) return;
   if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
-  const double model = prefill_model_ms(s);
+  const double model = prefill_model(s).first;
   if (!(model > 0)) return;
   // The pool's observed / modelled ms for prefills of this size, this sample included: what the
   // model misses in common (the step in progress when a request is dispatched, prefills that share
@@ -717,13 +718,13 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
 // The profile's ms for the prefill of a queue's head (as the TTFT formula with no queue ahead): its
 // steps (as many as its own tokens need) also carry the prefills queued behind it, up to the step's
 // budget.
-double SluicePolicy::prefill_model_ms(const PrefillSample& s) const {
+std::pair<double, double> SluicePolicy::prefill_model(const PrefillSample& s) const {
   SluiceInputs alone;
   alone.decoding = s.decoding;
   alone.kv_read = s.kv_read;
   const double steps = std::max(1.0, std::ceil(s.tokens / params_.chunk_tokens));
-  const double shared = std::min(s.behind, steps * params_.chunk_tokens - s.tokens);
-  return ttft_of(params_, alone, 0.0, s.tokens + std::max(0.0, shared), s.pairs);
+  const double shared = std::max(0.0, std::min(s.behind, steps * params_.chunk_tokens - s.tokens));
+  return {ttft_of(params_, alone, 0.0, s.tokens + shared, s.pairs), shared};
 }
 
 // A bin per doubling of the modelled ms.
@@ -732,13 +733,23 @@ size_t SluicePolicy::pace_bin(double model_ms) {
 }
 
 // A whole answer's expected first token (PoolRouter): the profile's ms, times what the pool's
-// prefills of that size took over it (1 before any sample), times the endpoint's pace.
-double SluicePolicy::expected_prefill_ms(size_t endpoint, const PrefillSample& head) const {
-  const double model = prefill_model_ms(head);
-  if (!(model >= 0)) return -1;
+// prefills of that size took over it (1 before any sample), times the endpoint's pace; the tokens
+// behind it in its steps are done with it.
+ExpectedPrefill SluicePolicy::expected_prefill(size_t endpoint, const PrefillSample& head) const {
+  const auto [model, carried] = prefill_model(head);
+  if (!(model >= 0)) return {};
   const PaceBin& b = pace_bins_[pace_bin(model)];
   const double pool = b.model_ms > 0 && b.observed_ms > 0 ? b.observed_ms / b.model_ms : 1.0;
-  return model * pool * pace_of(endpoint);
+  return {model * pool * pace_of(endpoint), carried};
+}
+
+// A whole answer's tokens (PoolRouter): one per step of the endpoint's batch, at its pace.
+double SluicePolicy::expected_itl_ms(size_t endpoint, const PrefillSample& batch) const {
+  const double pace = pace_of(endpoint);
+  if (pace == 1.0) return sluice_batch_itl(params_, batch.decoding, batch.kv_read, duty_).mean_ms;
+  SluiceParams scaled = params_;
+  scale_step_terms(params_, pace, scaled);
+  return sluice_batch_itl(scaled, batch.decoding, batch.kv_read, duty_).mean_ms;
 }
 
 // The factor (header, pace): R = observed / expected, its spread over the samples (each sample's

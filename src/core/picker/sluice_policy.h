@@ -55,7 +55,7 @@
 //         averages about 1.
 //   whole answers  a request that is not streamed shows the gateway no first token, only its
 //         whole answer: it would count as queued for its whole decode, its prefill tokens in Q
-//         ahead of everything sent after it. PoolRouter asks expected_prefill_ms when it becomes
+//         ahead of everything sent after it. PoolRouter asks expected_prefill when it becomes
 //         the head (the model's ms as for a sample, times the pool's observed / modelled ratio of
 //         its size bin, times f) and moves it on to its decode when that time has passed; the next
 //         head's time from then is a model's, so its first token is no sample. Without it, with no
@@ -430,7 +430,8 @@ class SluicePolicy : public Policy {
             std::vector<Candidate>& out) override;
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
   void on_prefill_done(size_t endpoint, const PrefillSample& sample, Time now) override;
-  double expected_prefill_ms(size_t endpoint, const PrefillSample& head) const override;
+  ExpectedPrefill expected_prefill(size_t endpoint, const PrefillSample& head) const override;
+  double expected_itl_ms(size_t endpoint, const PrefillSample& batch) const override;
   std::vector<HotPrefix> hot_prefixes(Time now, size_t n) const override;
   void on_shed(const Candidate& advised, Time now) override;
   void on_peer_shed(double work_ms, Time now) override;
@@ -521,7 +522,9 @@ class SluicePolicy : public Policy {
   static double pace_factor(const Pace& q, Time now);
   void refresh_pace(Time now);
   double pace_of(size_t index) const { return index < pace_.size() ? pace_[index].factor : 1.0; }
-  double prefill_model_ms(const PrefillSample& s) const;
+  double duty_ = 0;  // the pool's prefill duty at the last ranking (expected_itl_ms)
+  // The profile's ms for a queue head's prefill (as a sample), and the tokens behind it its steps carry.
+  std::pair<double, double> prefill_model(const PrefillSample& s) const;
   static size_t pace_bin(double model_ms);
   // The pool's observed and modelled prefill ms by size (a bin per doubling of the modelled ms,
   // decayed per sample: ~256 samples).

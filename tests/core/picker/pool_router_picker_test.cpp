@@ -40,12 +40,19 @@ class RecordingPolicy final : public Policy {
   void on_prefill_done(size_t endpoint, const PrefillSample& s, Time now) override {
     samples.push_back({endpoint, s, now});
   }
-  double expected_prefill_ms(size_t, const PrefillSample& head) const override {
+  ExpectedPrefill expected_prefill(size_t, const PrefillSample& head) const override {
     heads.push_back(head);
-    return expected_ms;
+    return {expected_ms, carried};
+  }
+  double expected_itl_ms(size_t, const PrefillSample& batch) const override {
+    batches.push_back(batch);
+    return itl_ms;
   }
   double expected_ms = -1;  // < 0: no model
-  mutable std::vector<PrefillSample> heads;  // what expected_prefill_ms was asked
+  double carried = 0;
+  double itl_ms = -1;
+  mutable std::vector<PrefillSample> batches;  // what expected_itl_ms was asked
+  mutable std::vector<PrefillSample> heads;  // what expected_prefill was asked
   struct Seen {
     size_t endpoint;
     PrefillSample sample;
@@ -96,13 +103,15 @@ TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
 
 // A whole answer (not streamed) shows no first token: it leaves the prefill queue when the policy
 // expects its first token (asked when it becomes the head), and the next head's time from then is
-// a model's, so its own first token is no sample. Its answer, or its ending, later takes nothing
-// off twice. Without a model it stays queued until its answer, as before.
+// a model's, so its own first token is no sample; its tokens are counted at the policy's ITL. Its
+// answer, or its ending, later takes nothing off twice. Without a model it stays queued until its
+// answer, as before.
 TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpected) {
   auto cfg = pool_of(1, "round_robin");
   auto owned = std::make_unique<RecordingPolicy>();
   RecordingPolicy& policy = *owned;
   policy.expected_ms = 100;
+  policy.itl_ms = 10;
   PoolRouter r(cfg, std::move(owned));
   const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
   const auto load = [&](Time now) {
@@ -129,12 +138,22 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   gs.on_first_token(ms(150));  // its time as the head was the model's: no sample
   EXPECT_TRUE(policy.samples.empty());
   EXPECT_EQ(load(ms(150)).prefill_requests, 0);
+  // Its tokens are counted at the policy's ITL from its expected first token (10 ms: 5 by 160),
+  // as streamed tokens are (from the decode bound into the live context), up to its bound.
+  const EndpointLoad counted = load(ms(160));
+  EXPECT_EQ(counted.decode_tokens, 10 + 40 - 5);
+  EXPECT_EQ(counted.live_context_tokens, 1000 + 500 + 5);
+  ASSERT_FALSE(policy.batches.empty());
+  EXPECT_DOUBLE_EQ(policy.batches.back().decoding, 2.0);  // w and s decode
+  EXPECT_EQ(load(ms(800)).decode_tokens, 10);  // all 40 of w's bound
   gw.on_first_token(ms(900), /*whole_answer=*/true);  // the answer: its prefill is off already
   gw.on_tokens(40);
   const EndpointLoad answered = load(ms(900));
   EXPECT_EQ(answered.prefill_requests, 0);
   EXPECT_EQ(answered.prefill_tokens, 0);
   EXPECT_DOUBLE_EQ(answered.prefill_pairs, 0.0);
+  EXPECT_EQ(answered.decode_tokens, 10);  // the counted tokens handed back, its own taken
+  EXPECT_EQ(answered.live_context_tokens, 1000 + 500 + 40);
   gw.release();
   gs.release();
   const EndpointLoad idle = load(ms(950));
@@ -146,10 +165,13 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   // Moved on, then ended without an answer (an error): nothing taken off twice.
   DispatchGuard gx = r.dispatch(w, r.rank(w, ms(1000))[0], ms(1000));
   EXPECT_EQ(load(ms(1200)).prefill_requests, 0);
+  EXPECT_EQ(load(ms(1200)).decode_tokens, 40 - 10);
   gx.release();
   EXPECT_EQ(load(ms(1200)).prefill_requests, 0);
   EXPECT_EQ(load(ms(1200)).prefill_tokens, 0);
   EXPECT_EQ(load(ms(1200)).in_flight, 0);
+  EXPECT_EQ(load(ms(1200)).decode_tokens, 0);
+  EXPECT_EQ(load(ms(1200)).live_context_tokens, 0);
   // A streamed request after a whole answer that left at its answer: its start is not known either.
   policy.expected_ms = -1;  // no model: a whole answer stays queued until its answer
   DispatchGuard gy = r.dispatch(w, r.rank(w, ms(2000))[0], ms(2000));
@@ -159,6 +181,28 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   EXPECT_EQ(load(ms(9000)).prefill_requests, 1);
   gz.on_first_token(ms(9050));
   EXPECT_TRUE(policy.samples.empty());
+  // The whole answers its steps carry are done with it (FCFS, as many as fit); not a streamed one.
+  policy.expected_ms = 100;
+  policy.carried = 600;
+  const std::string tc(800, 'c');
+  auto w2 = req_of(tb, 10);  // 500
+  auto w3 = req_of(tc, 10);  // 200
+  w2.whole_answer = w3.whole_answer = true;
+  gy.release();
+  gz.release();
+  DispatchGuard h1 = r.dispatch(w, r.rank(w, ms(20000))[0], ms(20000));
+  DispatchGuard h2 = r.dispatch(w2, r.rank(w2, ms(20001))[0], ms(20001));
+  DispatchGuard h3 = r.dispatch(w3, r.rank(w3, ms(20002))[0], ms(20002));
+  const EndpointLoad carried = load(ms(20100));
+  EXPECT_EQ(carried.prefill_requests, 1);  // w3 did not fit in what was left
+  EXPECT_EQ(carried.prefill_tokens, 200);
+  EXPECT_EQ(carried.prefill_head_since, ms(20100));
+  EXPECT_EQ(load(ms(20200)).prefill_requests, 0);
+  h1.release();
+  h2.release();
+  h3.release();
+  EXPECT_EQ(load(ms(20300)).in_flight, 0);
+  EXPECT_EQ(load(ms(20300)).decode_tokens, 0);
   // An embedding's answer is its prefill: never moved on by the model.
   policy.expected_ms = 1;
   auto e = req_of(tb, 0);

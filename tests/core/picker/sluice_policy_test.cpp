@@ -67,7 +67,8 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
 // (here the pool's prefills all take 1.5x the model) is not an endpoint's pace, nor is the size of
 // the prefills an endpoint happens to get.
 // A whole answer's expected first token (PoolRouter moves it on then): the profile's prefill time,
-// times what the pool's prefills of that size took over it, times the endpoint's pace.
+// times what the pool's prefills of that size took over it, times the endpoint's pace; its tokens
+// at the batch's ITL at that pace.
 TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTheEndpointsPace) {
   SluicePolicy p({}, PoolKind::chat);
   PrefillSample head;
@@ -75,11 +76,19 @@ TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTh
   head.pairs = 1000.0 * 500.0;
   // 24.75 ms by the model alone on an idle endpoint (IdleTtftFollowsTheCostModel); more beside
   // decoders reading their KV.
-  EXPECT_NEAR(p.expected_prefill_ms(0, head), 24.75, 1e-9);
+  EXPECT_NEAR(p.expected_prefill(0, head).ms, 24.75, 1e-9);
   PrefillSample busy = head;
   busy.decoding = 32;
   busy.kv_read = 32 * 8000;
-  EXPECT_GT(p.expected_prefill_ms(0, busy), 24.75);
+  EXPECT_GT(p.expected_prefill(0, busy).ms, 24.75);
+  // Its one step (8,192 tokens) carries up to 7,192 tokens of the prefills behind it, done with it.
+  EXPECT_DOUBLE_EQ(p.expected_prefill(0, head).carried, 0.0);
+  PrefillSample ahead = head;
+  ahead.behind = 3000;
+  EXPECT_DOUBLE_EQ(p.expected_prefill(0, ahead).carried, 3000.0);
+  EXPECT_GT(p.expected_prefill(0, ahead).ms, 24.75);
+  ahead.behind = 20000;
+  EXPECT_DOUBLE_EQ(p.expected_prefill(0, ahead).carried, 7192.0);
   // The pool's 1,000-token prefills take 1.5x the model on endpoint 0, 3x on endpoint 1.
   PrefillSample s = head;
   for (int i = 0; i < 200; ++i) {
@@ -88,11 +97,17 @@ TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTh
     s.elapsed_ms = 3.0 * 24.75;
     p.on_prefill_done(1, s, Time{});
   }
-  const double e0 = p.expected_prefill_ms(0, head), e1 = p.expected_prefill_ms(1, head);
+  const double e0 = p.expected_prefill(0, head).ms, e1 = p.expected_prefill(1, head).ms;
   EXPECT_NEAR(e0, 1.5 * 24.75, 0.15 * 24.75);
   EXPECT_NEAR(e1, 3.0 * 24.75, 0.3 * 24.75);
   // An endpoint with no samples of its own: the pool's time.
-  EXPECT_NEAR(p.expected_prefill_ms(5, head), 2.25 * 24.75, 0.01 * 24.75);  // (the later samples weigh a little more)
+  EXPECT_NEAR(p.expected_prefill(5, head).ms, 2.25 * 24.75, 0.01 * 24.75);  // (the later samples weigh a little more)
+  // Its tokens, one per step of the endpoint's batch: the batch's ITL at the endpoint's pace.
+  PrefillSample batch;
+  batch.decoding = 16;
+  batch.kv_read = 16 * 4000;
+  EXPECT_NEAR(p.expected_itl_ms(5, batch), sluice_batch_itl(SluiceParams{}, 16, 16 * 4000, 0).mean_ms, 1e-9);
+  EXPECT_NEAR(p.expected_itl_ms(1, batch) / p.expected_itl_ms(0, batch), 2.0, 0.3);
 }
 
 TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
