@@ -16,6 +16,7 @@
 #        --slow-replicas N/2 --slow-factor F); files mixed-<part>-s<SEED>
 #        WHOLE=F: the hard parts with that share of the requests not streamed (fleetsim's
 #        --whole-answers F: the gateway hears of such a request only at its end); files whole-<part>-s<SEED>
+#        (whole-<part>-s<SEED>-w<F> when F is not 1; mixed-whole-... with MIXED too)
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
 #        ONLY=p1,p2: rerun just these policies (those of them each run has) and replace their rows in
 #        the existing <name>.json (the other policies' rows are kept; the .md then names both commands)
@@ -65,6 +66,8 @@ hard() {
   fi
   if [ -n "${WHOLE:-}" ]; then
     name="whole-$part$n-s$SEED" title="$title; ${WHOLE} of the requests not streamed (whole answers)"
+    if [ -n "${MIXED:-}" ]; then name="mixed-$name"; fi
+    if [ "$WHOLE" != 1 ]; then name="$name-w$WHOLE"; fi
     set -- "$@" --whole-answers "$WHOLE"
   fi
   run "$name" "$title" --policy "$HARD" --replicas "$n" \

@@ -461,8 +461,7 @@ class Simulation {
       f.output_tokens = out.output_tokens;
       if (out.finished) {
         if (f.whole) {  // the whole answer, as the live proxy relays it: first token, tokens, charge at once
-          f.guard.on_first_token(now_, /*whole_answer=*/true);
-          f.guard.on_tokens(f.output_tokens);
+          f.guard.on_whole_answer(now_, f.output_tokens);
           if (cfg_.fair_queue && f.output_tokens > 0)
             gateways_[f.gateway].gate->queue.charge_output(f.tenant_id, 0, f.output_tokens);
         }

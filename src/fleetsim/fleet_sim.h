@@ -95,8 +95,8 @@ struct FleetConfig {
   int client_retries = 0;                // a refused request comes back after its Retry-After, this many times
   // This share of the requests (drawn per request from the seed, the same for every policy) asks for
   // a whole answer ("stream": false): the gateway sees no first token and no tokens until the answer
-  // is complete (DispatchGuard::on_first_token(now, whole_answer) then on_tokens, as the live proxy
-  // does), and charges the tenant's output then. Its TTFT is still the engine's first token.
+  // is complete (DispatchGuard::on_whole_answer, as the live proxy does), and charges the tenant's
+  // output then. Its TTFT is still the engine's first token.
   double whole_answers = 0;
 };
 

@@ -636,11 +636,8 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   if (auto u = find_usage(body)) take_usage(*u);
   if (kind_ == ApiKind::response && status == 200) learn_response(body);
   const auto now = SteadyClock::now();
-  guard_.on_first_token(gw_.at(now), /*whole_answer=*/true);
-  if (rec_.completion_tokens > 0) {
-    guard_.on_tokens(rec_.completion_tokens);
-    ticket_->on_output(rec_.completion_tokens);
-  }
+  guard_.on_whole_answer(gw_.at(now), rec_.completion_tokens);
+  if (rec_.completion_tokens > 0) ticket_->on_output(rec_.completion_tokens);
   if (!co_await write_client(response_head_from_upstream(false, out.size()), out, {}, now)) {
     finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
     co_return;

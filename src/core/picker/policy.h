@@ -104,6 +104,15 @@ struct PrefillSample {
   double kv_usage = 0;  // the endpoint's KV usage as last scraped (0 when unknown)
 };
 
+// One whole answer's decode as the gateway modelled it (PoolRouter::settle_whole): from its
+// expected first token to its answer, `elapsed_ms`, for `tokens` output tokens, beside `decoding`
+// of the own requests decoding there reading `kv_read` KV tokens when it came, and the KV usage
+// last scraped.
+struct DecodeSample {
+  double tokens = 0, elapsed_ms = 0, decoding = 0, kv_read = 0;
+  double kv_usage = 0;
+};
+
 // A queue head's expected first token: `ms` after it became the head (< 0: the policy has no
 // model), its steps carrying `carried` uncached tokens of the prefills queued behind it, which the
 // engine schedules into the same steps up to its token budget (done with it).
@@ -124,6 +133,9 @@ class Policy {
   // The head of `endpoint`'s own prefill queue passed its first token at `now`: how long it was the
   // head, and what it prefilled beside what (PrefillSample). A policy may learn the endpoint's pace.
   virtual void on_prefill_done(size_t endpoint, const PrefillSample& sample, Time now) {}
+  // A whole answer came for a request the router had moved on to its decode (DecodeSample): the
+  // samples of an endpoint's pace where the clients do not stream.
+  virtual void on_decode_done(size_t endpoint, const DecodeSample& sample, Time now) {}
   // How long the head of `endpoint`'s own prefill queue is expected to take as the head (`head`: as
   // a sample, elapsed_ms unused; ExpectedPrefill). PoolRouter moves a whole-answer request
   // (PickRequest::whole_answer), whose first token it never sees, on to its decode when that time

@@ -35,6 +35,17 @@ void DispatchGuard::on_first_token(Time now, bool whole_answer) {
   pairs_ = 0;
 }
 
+void DispatchGuard::on_whole_answer(Time now, int64_t tokens) {
+  if (!router_) return;
+  if (!decoding_) {
+    decoding_ = true;
+    router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now, false, std::max<int64_t>(0, tokens));
+    prefill_ = 0;
+    pairs_ = 0;
+  }
+  on_tokens(tokens);
+}
+
 void DispatchGuard::on_tokens(int64_t n) {
   if (!router_ || n <= 0) return;
   if (!decoding_) on_first_token(Time::min());
@@ -256,7 +267,7 @@ void PoolRouter::move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time
     ep.whole_counted_at = at;
     ep.whole_steps = 0;
   }
-  ep.whole_decoding.push_back({done.seq, std::max<int64_t>(0, done.decode), 0});
+  ep.whole_decoding.push_back({done.seq, std::max<int64_t>(0, done.decode), 0, at});
 }
 
 void PoolRouter::count_whole_tokens(Endpoint& ep, Time now) {
@@ -280,10 +291,19 @@ void PoolRouter::count_whole_tokens(Endpoint& ep, Time now) {
   }
 }
 
-void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq) {
+void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq, Time now, int64_t tokens) {
   auto& v = ep.whole_decoding;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].seq != seq) continue;
+    if (tokens >= 1 && now > v[i].since) {
+      DecodeSample d;
+      d.tokens = static_cast<double>(tokens);
+      d.elapsed_ms = to_millis(now - v[i].since);
+      d.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
+      d.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
+      if (ep.signals.present) d.kv_usage = ep.signals.kv_usage;
+      policy_->on_decode_done(static_cast<size_t>(&ep - endpoints_.data()), d, now);
+    }
     ep.load.decode_tokens += v[i].counted;
     ep.load.live_context_tokens -= v[i].counted;
     v[i] = v.back();
@@ -312,11 +332,12 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
   if (queued) leave_prefill_queue(ep, seq, last_now_, true);
 }
 
-void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample) {
+void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample,
+                                int64_t whole_tokens) {
   std::lock_guard lock(mu_);
   last_now_ = std::max(last_now_, now);
   Endpoint& ep = endpoints_[endpoint];
-  settle_whole(ep, seq);  // its own tokens follow (DispatchGuard::on_tokens)
+  settle_whole(ep, seq, now, whole_tokens);  // its own tokens follow (DispatchGuard::on_tokens)
   // The head's first token, at a known time: how long it was the head is its prefill's pace here.
   if (sample && ep.head_known && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq &&
       now > ep.load.prefill_head_since) {

@@ -38,6 +38,10 @@ class DispatchGuard {
   // `whole_answer`: `now` is when a whole (not streamed) answer came, not its first token: the
   // accounting moves on all the same, but the time says nothing of the prefill's pace.
   void on_first_token(Time now, bool whole_answer = false);
+  // A whole (not streamed) answer of `tokens` output tokens came at `now`: its first token and
+  // tokens at once, and for a request the router had moved on at its expected first token, a
+  // sample of the endpoint's pace (Policy::on_decode_done).
+  void on_whole_answer(Time now, int64_t tokens);
   // n output tokens arrived: the remaining decode bound shrinks.
   // (Before the first token: that is the first token, at the last time the router was told.)
   void on_tokens(int64_t n);
@@ -191,6 +195,7 @@ class PoolRouter {
       uint64_t seq;
       int64_t bound;    // its output bound
       int64_t counted;  // tokens moved from EndpointLoad::decode_tokens to live_context_tokens
+      Time since;       // its expected first token
     };
     std::vector<WholeDecoder> whole_decoding;
     Time whole_counted_at{};
@@ -198,7 +203,9 @@ class PoolRouter {
   };
   void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding,
                uint64_t seq);
-  void move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample);
+  // `whole_tokens` >= 0: a whole answer of that many tokens came at `now`.
+  void move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample,
+                      int64_t whole_tokens = -1);
   // `seq`'s entry in its endpoint's prefill queue, or the queue's end when it is no longer there
   // (passed first token, or a whole answer the model moved on: its prefill already off the load).
   std::deque<Endpoint::Pending>::iterator pending(Endpoint& ep, uint64_t seq);  // mu_ held
@@ -213,8 +220,9 @@ class PoolRouter {
   void move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time at);  // mu_ held
   // The moved-on whole answers' tokens since the last count: one per expected step (mu_ held).
   void count_whole_tokens(Endpoint& ep, Time now);
-  // `seq`'s counted tokens handed back, before its guard's own accounting takes over (mu_ held).
-  void settle_whole(Endpoint& ep, uint64_t seq);
+  // `seq`'s counted tokens handed back, before its guard's own accounting takes over; with its
+  // answer's `tokens` (>= 1) at `now`, a DecodeSample for the policy (mu_ held).
+  void settle_whole(Endpoint& ep, uint64_t seq, Time now = Time::min(), int64_t tokens = -1);
   DispatchGuard dispatch_locked(const PickRequest& req, const Candidate& chosen, Time now);  // mu_ held
   bool at_cap(size_t endpoint) const {  // mu_ held
     return endpoints_[endpoint].load.in_flight >= config_.max_in_flight_per_endpoint;

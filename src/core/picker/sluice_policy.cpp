@@ -705,11 +705,29 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   PaceBin& b = pace_bins_[pace_bin(model)];
   b.observed_ms = b.observed_ms * kPaceKeepPool + s.elapsed_ms;
   b.model_ms = b.model_ms * kPaceKeepPool + model;
+  note_pace(endpoint, s.elapsed_ms, model * (b.observed_ms / b.model_ms), now);
+}
+
+// A whole answer's decode (header, whole answers): its tokens at the profile's ITL for the batch it
+// came to, against the pool's ratio for decodes of that length (bins of their own: the model's
+// misses differ from a prefill's). Its time counts from the expected first token, so what the
+// model's prefill missed is in it too: the pool's bins take what is common.
+void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time now) {
+  if (!(s.elapsed_ms >= 0) || !(s.tokens >= 1) || s.kv_usage >= params_.kv_risk_start) return;
+  if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
+  const double model = s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
+  if (!(model > 0)) return;
+  PaceBin& b = decode_bins_[pace_bin(model)];
+  b.observed_ms = b.observed_ms * kPaceKeepPool + s.elapsed_ms;
+  b.model_ms = b.model_ms * kPaceKeepPool + model;
+  note_pace(endpoint, s.elapsed_ms, model * (b.observed_ms / b.model_ms), now);
+}
+
+void SluicePolicy::note_pace(size_t endpoint, double observed, double expected, Time now) {
   Pace& q = pace_[endpoint];
-  const double expected = model * (b.observed_ms / b.model_ms);
-  q.observed_ms = q.observed_ms * kPaceKeep + s.elapsed_ms;
+  q.observed_ms = q.observed_ms * kPaceKeep + observed;
   q.expected_ms = q.expected_ms * kPaceKeep + expected;
-  q.square_ms = q.square_ms * kPaceKeep + s.elapsed_ms * s.elapsed_ms / expected;
+  q.square_ms = q.square_ms * kPaceKeep + observed * observed / expected;
   q.samples = q.samples * kPaceKeep + 1;
   q.last = now;
   q.factor = pace_factor(q, now);

@@ -55,12 +55,17 @@
 //         averages about 1.
 //   whole answers  a request that is not streamed shows the gateway no first token, only its
 //         whole answer: it would count as queued for its whole decode, its prefill tokens in Q
-//         ahead of everything sent after it. PoolRouter asks expected_prefill when it becomes
-//         the head (the model's ms as for a sample, times the pool's observed / modelled ratio of
-//         its size bin, times f) and moves it on to its decode when that time has passed; the next
-//         head's time from then is a model's, so its first token is no sample. Without it, with no
-//         request streamed, 5 of 24 checked rates were lost at 8 replicas (seed 40; 1 with it,
-//         the streamed suite's own; bench/results/README.md, round 36).
+//         ahead of everything sent after it. PoolRouter asks expected_prefill when it becomes the
+//         head (the model's ms as for a sample, times the pool's observed / modelled ratio of its
+//         size bin, times f, and the tokens behind it its steps carry) and moves it on to its
+//         decode when that time has passed, with the whole answers its steps carried; its tokens
+//         are counted at expected_itl_ms (the batch's ITL at f) until its answer. The next head's
+//         time from then is a model's, so its first token is no sample; instead the answer is one
+//         (on_decode_done: from the expected first token to the answer against its tokens at the
+//         batch's ITL, with a pool ratio per size of its own). Without it, with no request
+//         streamed, 22 of 90 checked rates were lost (held-out seeds at 8 and 32 replicas; 0 with
+//         it), and without the decode samples 3 of 9 on a mixed fleet (1 with them;
+//         bench/results/README.md, round 36).
 //
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
 //             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
@@ -430,6 +435,7 @@ class SluicePolicy : public Policy {
             std::vector<Candidate>& out) override;
   void on_dispatch(const PickRequest& req, size_t endpoint, Time now) override;
   void on_prefill_done(size_t endpoint, const PrefillSample& sample, Time now) override;
+  void on_decode_done(size_t endpoint, const DecodeSample& sample, Time now) override;
   ExpectedPrefill expected_prefill(size_t endpoint, const PrefillSample& head) const override;
   double expected_itl_ms(size_t endpoint, const PrefillSample& batch) const override;
   std::vector<HotPrefix> hot_prefixes(Time now, size_t n) const override;
@@ -446,6 +452,7 @@ class SluicePolicy : public Policy {
     pace_share_ = next_pace_share_ = 0;
     pace_.clear();
     pace_bins_ = {};
+    decode_bins_ = {};
     pace_refreshed_ = Time{};
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
@@ -534,6 +541,9 @@ class SluicePolicy : public Policy {
     double observed_ms = 0, model_ms = 0;
   };
   std::array<PaceBin, kPaceBins> pace_bins_{};
+  std::array<PaceBin, kPaceBins> decode_bins_{};  // the same for whole answers' decodes (DecodeSample)
+  // One sample of an endpoint's pace: its observed ms against the ms the pool's ratio expects.
+  void note_pace(size_t endpoint, double observed_ms, double expected_ms, Time now);
   // Per endpoint (by index): the adapters last dispatched there, most recent first, as hashes of their
   // names, distinct (adapter_ms above: those among the first max_lora are taken as loaded).
   static constexpr size_t kRecentAdapters = 16;

@@ -499,11 +499,8 @@ void EppExchange::on_response_body(std::string_view chunk, bool end_of_stream, s
       if (s.rewriting && !s.rewriter->append(whole, out)) out.append(whole);
       if (auto u = find_usage(whole)) s.take_usage(*u);
       if (!s.rec.ttft) s.rec.ttft = now - s.start;
-      s.guard.on_first_token(s.gw.now(), /*whole_answer=*/true);
-      if (s.rec.completion_tokens > 0) {
-        s.guard.on_tokens(s.rec.completion_tokens);
-        if (s.ticket) s.ticket->on_output(s.rec.completion_tokens);
-      }
+      s.guard.on_whole_answer(s.gw.now(), s.rec.completion_tokens);
+      if (s.rec.completion_tokens > 0 && s.ticket) s.ticket->on_output(s.rec.completion_tokens);
     }
   }
   if (end_of_stream) {

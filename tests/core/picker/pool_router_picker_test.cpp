@@ -44,6 +44,8 @@ class RecordingPolicy final : public Policy {
     heads.push_back(head);
     return {expected_ms, carried};
   }
+  void on_decode_done(size_t, const DecodeSample& d, Time) override { decodes.push_back(d); }
+  std::vector<DecodeSample> decodes;
   double expected_itl_ms(size_t, const PrefillSample& batch) const override {
     batches.push_back(batch);
     return itl_ms;
@@ -146,8 +148,12 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   ASSERT_FALSE(policy.batches.empty());
   EXPECT_DOUBLE_EQ(policy.batches.back().decoding, 2.0);  // w and s decode
   EXPECT_EQ(load(ms(800)).decode_tokens, 10);  // all 40 of w's bound
-  gw.on_first_token(ms(900), /*whole_answer=*/true);  // the answer: its prefill is off already
-  gw.on_tokens(40);
+  gw.on_whole_answer(ms(900), 40);  // the answer: its prefill is off already
+  // ... and a sample of the endpoint's pace: 40 tokens in 790 ms from its expected first token.
+  ASSERT_EQ(policy.decodes.size(), 1u);
+  EXPECT_DOUBLE_EQ(policy.decodes[0].tokens, 40.0);
+  EXPECT_DOUBLE_EQ(policy.decodes[0].elapsed_ms, 790.0);
+  EXPECT_DOUBLE_EQ(policy.decodes[0].decoding, 2.0);
   const EndpointLoad answered = load(ms(900));
   EXPECT_EQ(answered.prefill_requests, 0);
   EXPECT_EQ(answered.prefill_tokens, 0);
@@ -177,8 +183,9 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   DispatchGuard gy = r.dispatch(w, r.rank(w, ms(2000))[0], ms(2000));
   DispatchGuard gz = r.dispatch(s, r.rank(s, ms(2010))[0], ms(2010));
   EXPECT_EQ(load(ms(9000)).prefill_requests, 2);
-  gy.on_first_token(ms(9000), /*whole_answer=*/true);
+  gy.on_whole_answer(ms(9000), 40);
   EXPECT_EQ(load(ms(9000)).prefill_requests, 1);
+  EXPECT_EQ(policy.decodes.size(), 1u);  // not moved on by a model: its time is no sample
   gz.on_first_token(ms(9050));
   EXPECT_TRUE(policy.samples.empty());
   // The whole answers its steps carry are done with it (FCFS, as many as fit); not a streamed one.

@@ -68,7 +68,7 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
 // the prefills an endpoint happens to get.
 // A whole answer's expected first token (PoolRouter moves it on then): the profile's prefill time,
 // times what the pool's prefills of that size took over it, times the endpoint's pace; its tokens
-// at the batch's ITL at that pace.
+// at the batch's ITL at that pace. Whole answers' decodes are samples of the pace too.
 TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTheEndpointsPace) {
   SluicePolicy p({}, PoolKind::chat);
   PrefillSample head;
@@ -108,6 +108,29 @@ TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTh
   batch.kv_read = 16 * 4000;
   EXPECT_NEAR(p.expected_itl_ms(5, batch), sluice_batch_itl(SluiceParams{}, 16, 16 * 4000, 0).mean_ms, 1e-9);
   EXPECT_NEAR(p.expected_itl_ms(1, batch) / p.expected_itl_ms(0, batch), 2.0, 0.3);
+  // Where clients do not stream, whole answers' decodes are the samples: 100 tokens beside 16
+  // decoders take twice as long on endpoint 1 as on endpoint 0.
+  SluicePolicy d({}, PoolKind::chat);
+  DecodeSample x;
+  x.tokens = 100;
+  x.decoding = 16;
+  x.kv_read = 16 * 4000;
+  const double itl = sluice_batch_itl(SluiceParams{}, 16, 16 * 4000, 0).mean_ms;
+  for (int i = 0; i < 200; ++i) {
+    x.elapsed_ms = 100 * itl;
+    d.on_decode_done(0, x, Time{});
+    x.elapsed_ms = 200 * itl;
+    d.on_decode_done(1, x, Time{});
+  }
+  EXPECT_NEAR(d.expected_itl_ms(1, batch) / d.expected_itl_ms(0, batch), 2.0, 0.3);
+  EXPECT_NEAR(d.expected_prefill(1, head).ms / d.expected_prefill(0, head).ms, 2.0, 0.3);
+  // One sample is no evidence; under KV pressure they are the KV's.
+  SluicePolicy one({}, PoolKind::chat);
+  one.on_decode_done(1, x, Time{});
+  EXPECT_DOUBLE_EQ(one.expected_itl_ms(1, batch), one.expected_itl_ms(0, batch));
+  x.kv_usage = 0.95;
+  for (int i = 0; i < 200; ++i) one.on_decode_done(1, x, Time{});
+  EXPECT_DOUBLE_EQ(one.expected_itl_ms(1, batch), one.expected_itl_ms(0, batch));
 }
 
 TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
