@@ -449,10 +449,18 @@ class TestSlowReplica(FaultTest):
         self.replicas.append(Replica(seed=23, extra=("--slow-replicas", "1", "--slow-factor", "4")))
 
     def test_slow_replica_gets_less(self):
+        self.check_slow_replica_gets_less(stream=True, max_tokens=8)
+
+    def test_slow_replica_gets_less_when_clients_do_not_stream(self):
+        """The gateway sees no first token of a whole answer: the answers themselves (from the
+        expected first token to the answer, against their tokens) are the samples of the pace."""
+        self.check_slow_replica_gets_less(stream=False, max_tokens=32)
+
+    def check_slow_replica_gets_less(self, stream, max_tokens):
         self.start_gateway(policy="sluice")
         slow = self.replicas[2]
         before = {p: self.gw.endpoint_value("sluice_picks_total", p) or 0 for p in (r.port for r in self.replicas)}
-        results = send_many(self.gw.port, 120, concurrency=2, stream=True, max_tokens=8)
+        results = send_many(self.gw.port, 120, concurrency=2, stream=stream, max_tokens=max_tokens)
         self.assert_all_accounted(results, 10)
         self.assertTrue(all(r.complete() for r in results), [r.status for r in results])
         picks = {p: (self.gw.endpoint_value("sluice_picks_total", p) or 0) - before[p] for p in before}

@@ -730,7 +730,10 @@ void SluicePolicy::note_pace(size_t endpoint, double observed, double expected, 
   q.square_ms = q.square_ms * kPaceKeep + observed * observed / expected;
   q.samples = q.samples * kPaceKeep + 1;
   q.last = now;
-  q.factor = pace_factor(q, now);
+  pace_bounds(q, now);
+  // (The fastest is chosen again at the next refresh; until then a faster one only takes its place.)
+  if (!(pace_fastest_.samples > 0) || q.log_r + 2 * q.se < pace_fastest_.log_r + 2 * pace_fastest_.se) pace_fastest_ = q;
+  q.factor = pace_factor(q);
 }
 
 // The profile's ms for the prefill of a queue's head (as the TTFT formula with no queue ahead): its
@@ -751,14 +754,16 @@ size_t SluicePolicy::pace_bin(double model_ms) {
 }
 
 // A whole answer's expected first token (PoolRouter): the profile's ms, times what the pool's
-// prefills of that size took over it (1 before any sample), times the endpoint's pace; the tokens
-// behind it in its steps are done with it.
+// prefills of that size took over it (1 before any sample), times what the fastest endpoint's took
+// over the pool's (exp of the factors' base) and the endpoint's factor; the tokens behind it in its
+// steps are done with it.
 ExpectedPrefill SluicePolicy::expected_prefill(size_t endpoint, const PrefillSample& head) const {
   const auto [model, carried] = prefill_model(head);
   if (!(model >= 0)) return {};
   const PaceBin& b = pace_bins_[pace_bin(model)];
   const double pool = b.model_ms > 0 && b.observed_ms > 0 ? b.observed_ms / b.model_ms : 1.0;
-  return {model * pool * pace_of(endpoint), carried};
+  const double fastest = pace_fastest_.samples > 0 ? std::exp(pace_fastest_.log_r) : 1.0;
+  return {model * pool * fastest * pace_of(endpoint), carried};
 }
 
 // A whole answer's tokens (PoolRouter): one per step of the endpoint's batch, at its pace.
@@ -770,29 +775,43 @@ double SluicePolicy::expected_itl_ms(size_t endpoint, const PrefillSample& batch
   return sluice_batch_itl(scaled, batch.decoding, batch.kv_read, duty_).mean_ms;
 }
 
-// The factor (header, pace): R = observed / expected, its spread over the samples (each sample's
-// ratio weighted by its expected ms: var = sum(o^2 / e) / sum(e) - R^2) with a prior 0.25 (a
-// ratio's +-50%) counted as one more sample, over w = the decayed sample count faded by the time
-// since the last sample (2 s time constant). log R less two standard errors of it (se / R), 0 when
-// within them: a pace the samples cannot tell from the pool's is the pool's, and an endpoint priced
-// slow on a few samples and then sent none is tried again, not priced on old evidence for ever.
-double SluicePolicy::pace_factor(const Pace& q, Time now) {
-  if (!(q.samples > 0) || !(q.expected_ms > 0) || !(q.observed_ms > 0)) return 1.0;
+// An endpoint's pace (header, pace): log R, R = observed / expected, and its standard error: the
+// samples' spread (each sample's ratio weighted by its expected ms: var = sum(o^2 / e) / sum(e) -
+// R^2) with a prior 0.25 (a ratio's +-50%) counted as one more sample, over w = the decayed sample
+// count faded by the time since the last sample (2 s time constant), in log terms (se / R).
+// Evidence that fades widens it: an endpoint priced slow on a few samples and then sent none is
+// tried again, not priced on old evidence for ever.
+void SluicePolicy::pace_bounds(Pace& q, Time now) {
+  q.log_r = 0;
+  q.se = 1;
+  if (!(q.samples > 0) || !(q.expected_ms > 0) || !(q.observed_ms > 0)) return;
   const double w = q.samples * std::exp(-std::max(0.0, to_millis(now - q.last)) / 2000.0);
   const double r = q.observed_ms / q.expected_ms;
   const double var = (w * std::max(0.0, q.square_ms / q.expected_ms - r * r) + 0.25) / (w + 1);
-  const double margin = 2.0 * std::sqrt(var / std::max(w, 1e-9)) / r;
-  const double l = std::log(r);
-  const double shrunk = l > 0 ? std::max(0.0, l - margin) : std::min(0.0, l + margin);
-  return std::clamp(std::exp(shrunk), 0.25, 4.0);
+  q.log_r = std::log(r);
+  q.se = std::sqrt(var / std::max(w, 1e-9)) / r;
 }
 
-// The pace factors' fading, at most every 100 ms (as prefill_duty samples).
+// The factor: how much slower the endpoint is than the fastest one (the lowest log R + 2 se), by
+// the difference of their log R less two standard errors of that difference; 1 when within them,
+// never below 1 (header, pace).
+double SluicePolicy::pace_factor(const Pace& q) const {
+  if (!(q.samples > 0) || !(pace_fastest_.samples > 0)) return 1.0;
+  const double d = q.log_r - pace_fastest_.log_r - 2.0 * std::hypot(q.se, pace_fastest_.se);
+  return std::clamp(std::exp(std::max(0.0, d)), 1.0, 4.0);
+}
+
+// The pace factors' fading and the fastest endpoint, at most every 100 ms (as prefill_duty samples).
 void SluicePolicy::refresh_pace(Time now) {
   if (pace_.empty() || to_millis(now - pace_refreshed_) < 100.0) return;
   pace_refreshed_ = now;
-  for (Pace& q : pace_)
-    if (q.samples > 0) q.factor = pace_factor(q, now);
+  pace_fastest_ = Pace{};
+  for (Pace& q : pace_) {
+    if (!(q.samples > 0)) continue;
+    pace_bounds(q, now);
+    if (!(pace_fastest_.samples > 0) || q.log_r + 2 * q.se < pace_fastest_.log_r + 2 * pace_fastest_.se) pace_fastest_ = q;
+  }
+  for (Pace& q : pace_) q.factor = pace_factor(q);
 }
 
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {

@@ -42,17 +42,20 @@
 //         samples), so what the model misses for every endpoint (the step in progress when a short
 //         prefill comes, prefills that share a step) is not taken for an endpoint's pace; the
 //         endpoint's R = its observed ms / the ms the pool's ratio expects for its samples (~64
-//         samples); f = exp(log R less two standard errors of it, 0 when within them), in [1/4, 4]:
-//         the standard error from the samples' spread with a prior 0.25 (a ratio's +-50%) counted
-//         as one more sample, over w, its decayed sample count faded with a 2 s time constant since
-//         its last sample (refreshed every 100 ms). A pace the samples cannot tell from the pool's
-//         is the pool's (on a uniform fleet f is 1 and ties fall as without it), and an endpoint
-//         priced slow on a few samples and then sent none is tried again. Samples taken with the KV
+//         samples), with a standard error (the samples' spread with a prior 0.25, a ratio's
+//         +-50%, counted as one more sample, over w, its decayed sample count faded with a 2 s time
+//         constant since its last sample; refreshed every 100 ms). The fastest endpoint is the one
+//         with the lowest log R + 2 se; f = exp(log R less the fastest's, less two standard errors
+//         of that difference, 0 when within them), in [1, 4]: an endpoint is priced only as slower
+//         than the fastest one, as far as the samples tell them apart, never as faster. Pricing one faster drew it more traffic, so more
+//         samples, so a tighter bound: noise read as pace fed itself (live, two equal replicas and
+//         whole answers: 104 and 14 of 120 requests), where one priced slower draws less and its
+//         evidence fades (an endpoint priced slow on a few samples and then sent none is tried
+//         again). On a uniform fleet f is 1 and ties fall as without it. Samples taken with the KV
 //         usage at kv_risk_start or above are left out (waiting for blocks is the KV terms'). An
 //         older GPU in the pool is then priced as slower. Without it, on a fleet with half the
 //         replicas 2x slower (fleetsim --slow-replicas), 7 of 48 checked rates were lost
-//         (bench/results/README.md, round 35). The profile stands for the pool's mean replica: f
-//         averages about 1.
+//         (bench/results/README.md, rounds 35 and 36).
 //   whole answers  a request that is not streamed shows the gateway no first token, only its
 //         whole answer: it would count as queued for its whole decode, its prefill tokens in Q
 //         ahead of everything sent after it. PoolRouter asks expected_prefill when it becomes the
@@ -452,6 +455,7 @@ class SluicePolicy : public Policy {
     pace_share_ = next_pace_share_ = 0;
     pace_.clear();
     pace_bins_ = {};
+    pace_fastest_ = Pace{};
     decode_bins_ = {};
     pace_refreshed_ = Time{};
   }
@@ -522,11 +526,14 @@ class SluicePolicy : public Policy {
     double observed_ms = 0, expected_ms = 0, samples = 0;
     double square_ms = 0;  // sum of observed^2 / expected (the samples' spread)
     Time last{};           // the last sample
+    double log_r = 0, se = 1;  // log R and its standard error (pace_bounds)
     double factor = 1.0;
   };
+  Pace pace_fastest_;  // the endpoint with the lowest log R + 2 se (a copy; samples 0: none yet)
+  static void pace_bounds(Pace& q, Time now);
   std::vector<Pace> pace_;
   Time pace_refreshed_{};
-  static double pace_factor(const Pace& q, Time now);
+  double pace_factor(const Pace& q) const;
   void refresh_pace(Time now);
   double pace_of(size_t index) const { return index < pace_.size() ? pace_[index].factor : 1.0; }
   double duty_ = 0;  // the pool's prefill duty at the last ranking (expected_itl_ms)

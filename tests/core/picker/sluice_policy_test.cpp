@@ -67,7 +67,8 @@ TEST(SluicePolicy, IdleTtftFollowsTheCostModel) {
 // (here the pool's prefills all take 1.5x the model) is not an endpoint's pace, nor is the size of
 // the prefills an endpoint happens to get.
 // A whole answer's expected first token (PoolRouter moves it on then): the profile's prefill time,
-// times what the pool's prefills of that size took over it, times the endpoint's pace; its tokens
+// times what the fastest endpoint's prefills of that size took over it, times the endpoint's pace
+// relative to it; its tokens
 // at the batch's ITL at that pace. Whole answers' decodes are samples of the pace too.
 TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTheEndpointsPace) {
   SluicePolicy p({}, PoolKind::chat);
@@ -100,8 +101,8 @@ TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTh
   const double e0 = p.expected_prefill(0, head).ms, e1 = p.expected_prefill(1, head).ms;
   EXPECT_NEAR(e0, 1.5 * 24.75, 0.15 * 24.75);
   EXPECT_NEAR(e1, 3.0 * 24.75, 0.3 * 24.75);
-  // An endpoint with no samples of its own: the pool's time.
-  EXPECT_NEAR(p.expected_prefill(5, head).ms, 2.25 * 24.75, 0.01 * 24.75);  // (the later samples weigh a little more)
+  // An endpoint with no samples of its own: as the fastest (never priced faster than it).
+  EXPECT_DOUBLE_EQ(p.expected_prefill(5, head).ms, e0);
   // Its tokens, one per step of the endpoint's batch: the batch's ITL at the endpoint's pace.
   PrefillSample batch;
   batch.decoding = 16;
@@ -131,6 +132,34 @@ TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTh
   x.kv_usage = 0.95;
   for (int i = 0; i < 200; ++i) one.on_decode_done(1, x, Time{});
   EXPECT_DOUBLE_EQ(one.expected_itl_ms(1, batch), one.expected_itl_ms(0, batch));
+}
+
+// Never priced faster than the fastest: two equal endpoints, one with many samples and one with
+// few, both under the pool's ratio (a slow third one raised it): neither is priced apart from the
+// other (one priced faster drew more traffic, more samples, a tighter bound: noise fed itself).
+TEST(SluicePolicy, AnEndpointWithMoreSamplesIsNotPricedFasterThanItsEqual) {
+  SluicePolicy p({}, PoolKind::chat);
+  PrefillSample s;
+  s.tokens = 1000;
+  s.pairs = 1000.0 * 500.0;
+  for (int i = 0; i < 300; ++i) {
+    s.elapsed_ms = 24.75 * (i % 2 ? 1.02 : 0.98);
+    p.on_prefill_done(0, s, Time{});
+    if (i % 30 == 0 || i % 30 == 1) p.on_prefill_done(1, s, Time{});
+    if (i % 8 == 0) {
+      s.elapsed_ms = 4 * 24.75;
+      p.on_prefill_done(2, s, Time{});
+    }
+  }
+  FakePool pool(3);
+  const auto req = testing::chat(prompt('a', 4000), 1000);
+  std::vector<Explanation> ex;
+  auto v = pool.views();
+  p.explain(req, v, Time{std::chrono::milliseconds(200)}, ex);
+  EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
+  EXPECT_DOUBLE_EQ(term_of(ex, 1, "pace"), 1.0);
+  EXPECT_GT(term_of(ex, 2, "pace"), 2.0);
+  EXPECT_DOUBLE_EQ(term_of(ex, 0, "ttft_ms"), term_of(ex, 1, "ttft_ms"));
 }
 
 TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
@@ -176,9 +205,10 @@ TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
   const double fast = term_of(ex, 0, "ttft_ms"), slow = term_of(ex, 1, "ttft_ms");
   EXPECT_NEAR(slow / fast, 2.0, 0.15);
   EXPECT_NEAR(term_of(ex, 1, "pace") / term_of(ex, 0, "pace"), 2.0, 0.15);  // shown to operators
-  // Relative to the pool: the fast one is faster than the model says, the slow one slower.
-  EXPECT_LT(fast, 24.75);
-  EXPECT_GT(slow, 24.75);
+  // Relative to the fastest: the fast one as the profile (never priced faster), the slow one slower.
+  EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
+  EXPECT_NEAR(fast, 24.75, 0.5);
+  EXPECT_GT(slow, 1.8 * 24.75);
 
   // Small prefills take 2x the model everywhere (the step in progress when they come counts more),
   // large ones 1.1x; small ones go to endpoint 0, large ones to endpoint 1: the same pace.
