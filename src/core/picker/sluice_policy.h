@@ -67,8 +67,7 @@
 //         (on_decode_done: from the expected first token to the answer against its tokens at the
 //         batch's ITL, with a pool ratio per size of its own). Without it, with no request
 //         streamed, 22 of 90 checked rates were lost (held-out seeds at 8 and 32 replicas; 0 with
-//         it), and without the decode samples 3 of 9 on a mixed fleet (1 with them;
-//         bench/results/README.md, round 36).
+//         it; bench/results/README.md, round 36).
 //
 //   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
 //             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
