@@ -266,7 +266,11 @@ class FaultTest(unittest.TestCase):
             active = self.gw.series("sluice_active_requests")
             return inflight and all(v == 0 for v in inflight.values()) and all(v == 0 for v in active.values())
         self.wait_for(zero, 5, "in-flight counts return to zero")
-        self.assertLess(self.gw.rss_mb(), RSS_LIMIT_MB)
+        # Under ASan (SLUICE_SANITIZED, scripts/test-asan.sh) freed blocks wait in a 256 MiB quarantine
+        # that counts in RSS: ~340 MiB at rest there, more after more allocations (120 whole answers:
+        # 433 MiB, against 21 MiB for the Release build).
+        sanitized = os.environ.get("SLUICE_SANITIZED") == "1"
+        self.assertLess(self.gw.rss_mb(), RSS_LIMIT_MB + (256 if sanitized else 0))
 
 
 class TestReplicaKilledMidStream(FaultTest):
