@@ -754,9 +754,9 @@ size_t SluicePolicy::pace_bin(double model_ms) {
 }
 
 // A whole answer's expected first token (PoolRouter): the profile's ms, times what the pool's
-// prefills of that size took over it (1 before any sample), times what the fastest endpoint's took
-// over the pool's (exp of the factors' base) and the endpoint's factor; the tokens behind it in its
-// steps are done with it.
+// prefills of that size took over it (1 before any sample), times the fastest endpoint's R (what
+// its prefills took over the pool's) and the endpoint's factor; the tokens behind it in its steps
+// are done with it.
 ExpectedPrefill SluicePolicy::expected_prefill(size_t endpoint, const PrefillSample& head) const {
   const auto [model, carried] = prefill_model(head);
   if (!(model >= 0)) return {};
