@@ -27,23 +27,19 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
   return *this;
 }
 
-void DispatchGuard::on_first_token(Time now, bool whole_answer) {
-  if (!router_ || decoding_) return;
-  decoding_ = true;
-  router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now, !whole_answer && now != Time::min());
-  prefill_ = 0;
-  pairs_ = 0;
-}
+void DispatchGuard::on_first_token(Time now) { move_to_decode(now, now != Time::min(), -1); }
 
 void DispatchGuard::on_whole_answer(Time now, int64_t tokens) {
-  if (!router_) return;
-  if (!decoding_) {
-    decoding_ = true;
-    router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now, false, std::max<int64_t>(0, tokens));
-    prefill_ = 0;
-    pairs_ = 0;
-  }
+  move_to_decode(now, false, std::max<int64_t>(0, tokens));
   on_tokens(tokens);
+}
+
+void DispatchGuard::move_to_decode(Time now, bool sample, int64_t whole_tokens) {
+  if (!router_ || decoding_) return;
+  decoding_ = true;
+  router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now, sample, whole_tokens);
+  prefill_ = 0;
+  pairs_ = 0;
 }
 
 void DispatchGuard::on_tokens(int64_t n) {
@@ -196,16 +192,22 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   return g;
 }
 
+PrefillSample PoolRouter::own_batch(const Endpoint& ep) {
+  PrefillSample b;
+  b.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
+  b.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
+  if (ep.signals.present) b.kv_usage = ep.signals.kv_usage;
+  return b;
+}
+
 std::deque<PoolRouter::Endpoint::Pending>::iterator PoolRouter::pending(Endpoint& ep, uint64_t seq) {
   auto& fifo = ep.prefill_fifo;
   auto it = std::lower_bound(fifo.begin(), fifo.end(), seq, [](const Endpoint::Pending& p, uint64_t s) { return p.seq < s; });
   return it != fifo.end() && it->seq == seq ? it : fifo.end();
 }
 
-void PoolRouter::leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now, bool known) {
+void PoolRouter::leave_prefill_queue(Endpoint& ep, std::deque<Endpoint::Pending>::iterator it, Time now, bool known) {
   auto& fifo = ep.prefill_fifo;
-  auto it = pending(ep, seq);
-  if (it == fifo.end()) return;
   const bool whole = it->whole;
   it->tokens = -1;
   if (it != fifo.begin()) return;  // ended out of order: the head is unchanged
@@ -223,13 +225,10 @@ void PoolRouter::set_head(Endpoint& ep, Time since, bool known) {
   ep.head_known = known;
   ep.head_done_at = Time::max();
   if (fifo.empty() || !fifo.front().whole) return;
-  PrefillSample head;
+  PrefillSample head = own_batch(ep);
   head.tokens = static_cast<double>(std::max<int64_t>(0, fifo.front().tokens));
   head.pairs = std::max(0.0, fifo.front().pairs);
-  head.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
-  head.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
   head.behind = static_cast<double>(std::max<int64_t>(0, ep.load.prefill_tokens - fifo.front().tokens));
-  if (ep.signals.present) head.kv_usage = ep.signals.kv_usage;
   const size_t index = static_cast<size_t>(&ep - endpoints_.data());
   const ExpectedPrefill e = policy_->expected_prefill(index, head);
   if (!(e.ms >= 0 && e.ms < 1e9)) return;
@@ -273,10 +272,7 @@ void PoolRouter::move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time
 void PoolRouter::count_whole_tokens(Endpoint& ep, Time now) {
   // At most every 2 ms: a decode step is ~10 ms, and the count is a sum over the decoders.
   if (ep.whole_decoding.empty() || now - ep.whole_counted_at < std::chrono::milliseconds(2)) return;
-  PrefillSample batch;
-  batch.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
-  batch.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
-  const double itl = policy_->expected_itl_ms(static_cast<size_t>(&ep - endpoints_.data()), batch);
+  const double itl = policy_->expected_itl_ms(static_cast<size_t>(&ep - endpoints_.data()), own_batch(ep));
   if (itl > 0) ep.whole_steps += to_millis(now - ep.whole_counted_at) / itl;
   ep.whole_counted_at = now;
   const auto steps = static_cast<int64_t>(std::min(ep.whole_steps, 1e9));
@@ -296,12 +292,13 @@ void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq, Time now, int64_t toke
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].seq != seq) continue;
     if (tokens >= 1 && now > v[i].since) {
+      const PrefillSample b = own_batch(ep);
       DecodeSample d;
       d.tokens = static_cast<double>(tokens);
       d.elapsed_ms = to_millis(now - v[i].since);
-      d.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
-      d.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
-      if (ep.signals.present) d.kv_usage = ep.signals.kv_usage;
+      d.decoding = b.decoding;
+      d.kv_read = b.kv_read;
+      d.kv_usage = b.kv_usage;
       policy_->on_decode_done(static_cast<size_t>(&ep - endpoints_.data()), d, now);
     }
     ep.load.decode_tokens += v[i].counted;
@@ -320,7 +317,8 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
   auto& load = ep.load;
   load.in_flight -= 1;
   // Not in the queue any more: a whole answer the model moved on (its prefill already off the load).
-  const bool queued = !decoding && pending(ep, seq) != ep.prefill_fifo.end();
+  const auto it = decoding ? ep.prefill_fifo.end() : pending(ep, seq);
+  const bool queued = it != ep.prefill_fifo.end();
   if (queued) {
     load.prefill_requests -= 1;
     load.prefill_tokens -= prefill;
@@ -329,7 +327,7 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
   load.context_tokens -= context;
   load.live_context_tokens -= live;
   load.decode_tokens -= decode;
-  if (queued) leave_prefill_queue(ep, seq, last_now_, true);
+  if (queued) leave_prefill_queue(ep, it, last_now_, true);
 }
 
 void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample,
@@ -341,21 +339,19 @@ void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, 
   // The head's first token, at a known time: how long it was the head is its prefill's pace here.
   if (sample && ep.head_known && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq &&
       now > ep.load.prefill_head_since) {
-    PrefillSample s;
+    PrefillSample s = own_batch(ep);
     s.tokens = static_cast<double>(std::max<int64_t>(0, prefill));
     s.pairs = std::max(0.0, pairs);
     s.elapsed_ms = to_millis(now - ep.load.prefill_head_since);
-    s.decoding = static_cast<double>(std::max<int64_t>(0, ep.load.in_flight - ep.load.prefill_requests));
-    s.kv_read = static_cast<double>(std::max<int64_t>(0, ep.load.live_context_tokens));
     s.behind = static_cast<double>(std::max<int64_t>(0, ep.load.prefill_tokens - prefill));
-    if (ep.signals.present) s.kv_usage = ep.signals.kv_usage;
     policy_->on_prefill_done(endpoint, s, now);
   }
-  if (pending(ep, seq) == ep.prefill_fifo.end()) return;  // a whole answer the model moved on already
+  const auto it = pending(ep, seq);
+  if (it == ep.prefill_fifo.end()) return;  // a whole answer the model moved on already
   ep.load.prefill_tokens -= prefill;
   ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - pairs);
   ep.load.prefill_requests -= 1;
-  leave_prefill_queue(ep, seq, last_now_, sample);
+  leave_prefill_queue(ep, it, last_now_, sample);
 }
 
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {

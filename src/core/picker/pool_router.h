@@ -35,12 +35,11 @@ class DispatchGuard {
   explicit operator bool() const { return router_ != nullptr; }
   size_t endpoint() const { return endpoint_; }
   // First output token arrived at `now`: the request's prefill is done, its decode begins.
-  // `whole_answer`: `now` is when a whole (not streamed) answer came, not its first token: the
-  // accounting moves on all the same, but the time says nothing of the prefill's pace.
-  void on_first_token(Time now, bool whole_answer = false);
+  void on_first_token(Time now);
   // A whole (not streamed) answer of `tokens` output tokens came at `now`: its first token and
-  // tokens at once, and for a request the router had moved on at its expected first token, a
-  // sample of the endpoint's pace (Policy::on_decode_done).
+  // tokens at once. The accounting moves on as for a first token, but the time says nothing of the
+  // prefill's pace; for a request the router had moved on at its expected first token it is a
+  // sample of the endpoint's decode pace instead (Policy::on_decode_done).
   void on_whole_answer(Time now, int64_t tokens);
   // n output tokens arrived: the remaining decode bound shrinks.
   // (Before the first token: that is the first token, at the last time the router was told.)
@@ -49,6 +48,9 @@ class DispatchGuard {
 
  private:
   friend class PoolRouter;
+  // Past the prefill, once: a sample of its pace (`sample`) or, with `whole_tokens` >= 0, a whole
+  // answer of that many tokens (PoolRouter::move_to_decode).
+  void move_to_decode(Time now, bool sample, int64_t whole_tokens);
   PoolRouter* router_ = nullptr;
   size_t endpoint_ = 0;
   int64_t prefill_ = 0;
@@ -209,9 +211,13 @@ class PoolRouter {
   // `seq`'s entry in its endpoint's prefill queue, or the queue's end when it is no longer there
   // (passed first token, or a whole answer the model moved on: its prefill already off the load).
   std::deque<Endpoint::Pending>::iterator pending(Endpoint& ep, uint64_t seq);  // mu_ held
-  // Marks `seq` done in its endpoint's prefill queue (its load already taken off); `known`: the
-  // next head starts now (a streamed first token or an ending). mu_ held.
-  void leave_prefill_queue(Endpoint& ep, uint64_t seq, Time now, bool known);
+  // Marks the entry `it` (pending(), not the end) done in its endpoint's prefill queue (its load
+  // already taken off); `known`: the next head starts now (a streamed first token or an ending).
+  // mu_ held.
+  void leave_prefill_queue(Endpoint& ep, std::deque<Endpoint::Pending>::iterator it, Time now, bool known);
+  // The endpoint's own load as a sample's batch: its own decoders, the KV they read, and the KV
+  // usage last scraped (mu_ held).
+  static PrefillSample own_batch(const Endpoint& ep);
   // The front of the queue became the head at `since` (mu_ held).
   void set_head(Endpoint& ep, Time since, bool known);
   // Whole-answer heads whose expected first token (Policy::expected_prefill) has passed by

@@ -47,11 +47,11 @@
 //         constant since its last sample; refreshed every 100 ms). The fastest endpoint is the one
 //         with the lowest log R + 2 se; f = exp(log R less the fastest's, less two standard errors
 //         of that difference, 0 when within them), in [1, 4]: an endpoint is priced only as slower
-//         than the fastest one, as far as the samples tell them apart, never as faster. Pricing one faster drew it more traffic, so more
-//         samples, so a tighter bound: noise read as pace fed itself (live, two equal replicas and
-//         whole answers: 104 and 14 of 120 requests), where one priced slower draws less and its
-//         evidence fades (an endpoint priced slow on a few samples and then sent none is tried
-//         again). On a uniform fleet f is 1 and ties fall as without it. Samples taken with the KV
+//         than the fastest one, as far as the samples tell them apart, never as faster. Pricing one
+//         faster drew it more traffic, so more samples, so a tighter bound: noise read as pace fed
+//         itself (live, two equal replicas and whole answers: 104 and 14 of 120 requests), where
+//         one priced slower draws less and its evidence fades (an endpoint priced slow on a few
+//         samples and then sent none is tried again). On a uniform fleet f is 1 and ties fall as without it. Samples taken with the KV
 //         usage at kv_risk_start or above are left out (waiting for blocks is the KV terms'). An
 //         older GPU in the pool is then priced as slower. Without it, on a fleet with half the
 //         replicas 2x slower (fleetsim --slow-replicas), 7 of 48 checked rates were lost

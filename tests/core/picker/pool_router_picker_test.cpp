@@ -98,7 +98,7 @@ TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
   gd.on_tokens(1);  // its first token at no known time
   EXPECT_EQ(policy.samples.size(), 2u);
   DispatchGuard ge = r.dispatch(a, r.rank(a, ms(300))[0], ms(300));
-  ge.on_first_token(ms(900), /*whole_answer=*/true);  // a whole answer: its decode is in the time too
+  ge.on_whole_answer(ms(900), 0);  // a whole answer: its decode is in the time too
   EXPECT_EQ(policy.samples.size(), 2u);
   EXPECT_EQ(r.snapshot(ms(900))[0].load.prefill_requests, 0);  // the accounting moved on all the same
 }
