@@ -732,7 +732,7 @@ void SluicePolicy::note_pace(size_t endpoint, double observed, double expected, 
   q.last = now;
   pace_bounds(q, now);
   // (The fastest is chosen again at the next refresh; until then a faster one only takes its place.)
-  if (!(pace_fastest_.samples > 0) || q.log_r + 2 * q.se < pace_fastest_.log_r + 2 * pace_fastest_.se) pace_fastest_ = q;
+  pace_fastest_.offer(q);
   q.factor = pace_factor(q);
 }
 
@@ -762,7 +762,7 @@ ExpectedPrefill SluicePolicy::expected_prefill(size_t endpoint, const PrefillSam
   if (!(model >= 0)) return {};
   const PaceBin& b = pace_bins_[pace_bin(model)];
   const double pool = b.model_ms > 0 && b.observed_ms > 0 ? b.observed_ms / b.model_ms : 1.0;
-  const double fastest = pace_fastest_.samples > 0 ? std::exp(pace_fastest_.log_r) : 1.0;
+  const double fastest = pace_fastest_.known ? std::exp(pace_fastest_.log_r) : 1.0;
   return {model * pool * fastest * pace_of(endpoint), carried};
 }
 
@@ -796,7 +796,7 @@ void SluicePolicy::pace_bounds(Pace& q, Time now) {
 // the difference of their log R less two standard errors of that difference; 1 when within them,
 // never below 1 (header, pace).
 double SluicePolicy::pace_factor(const Pace& q) const {
-  if (!(q.samples > 0) || !(pace_fastest_.samples > 0)) return 1.0;
+  if (!(q.samples > 0) || !pace_fastest_.known) return 1.0;
   const double d = q.log_r - pace_fastest_.log_r - 2.0 * std::hypot(q.se, pace_fastest_.se);
   return std::clamp(std::exp(std::max(0.0, d)), 1.0, 4.0);
 }
@@ -805,11 +805,11 @@ double SluicePolicy::pace_factor(const Pace& q) const {
 void SluicePolicy::refresh_pace(Time now) {
   if (pace_.empty() || to_millis(now - pace_refreshed_) < 100.0) return;
   pace_refreshed_ = now;
-  pace_fastest_ = Pace{};
+  pace_fastest_ = FastestPace{};
   for (Pace& q : pace_) {
     if (!(q.samples > 0)) continue;
     pace_bounds(q, now);
-    if (!(pace_fastest_.samples > 0) || q.log_r + 2 * q.se < pace_fastest_.log_r + 2 * pace_fastest_.se) pace_fastest_ = q;
+    pace_fastest_.offer(q);
   }
   for (Pace& q : pace_) q.factor = pace_factor(q);
 }

@@ -454,7 +454,7 @@ class SluicePolicy : public Policy {
     pace_share_ = next_pace_share_ = 0;
     pace_.clear();
     pace_bins_ = {};
-    pace_fastest_ = Pace{};
+    pace_fastest_ = FastestPace{};
     decode_bins_ = {};
     pace_refreshed_ = Time{};
   }
@@ -528,7 +528,18 @@ class SluicePolicy : public Policy {
     double log_r = 0, se = 1;  // log R and its standard error (pace_bounds)
     double factor = 1.0;
   };
-  Pace pace_fastest_;  // the endpoint with the lowest log R + 2 se (a copy; samples 0: none yet)
+  // The fastest endpoint's pace: the lowest log R + 2 se offered since the last refresh.
+  struct FastestPace {
+    bool known = false;
+    double log_r = 0, se = 0;
+    void offer(const Pace& q) {
+      if (known && q.log_r + 2 * q.se >= log_r + 2 * se) return;
+      known = true;
+      log_r = q.log_r;
+      se = q.se;
+    }
+  };
+  FastestPace pace_fastest_;
   static void pace_bounds(Pace& q, Time now);
   std::vector<Pace> pace_;
   Time pace_refreshed_{};
