@@ -466,6 +466,7 @@ class Simulation {
             gateways_[f.gateway].gate->queue.charge_output(f.tenant_id, 0, f.output_tokens);
         }
         const int status = *out.finished == engine::FinishReason::abort ? 500 : 200;
+        if (status == 200 && !f.whole) f.guard.on_stream_end(now_);
         f.guard.release();
         record(f, status);
         finished(f.gateway, out.id);

@@ -694,6 +694,7 @@ asio::awaitable<void> RequestLife::relay_stream() {
     }
   }
   const int status = up_->status();
+  if (status < 400) guard_.on_stream_end(gw_.now());  // its last token came: the decode's sample
   up_->done();
   std::string tail;
   if (rewriting && !sse.pending().empty()) tail = fmt::format("{:x}\r\n{}\r\n", sse.pending().size(), sse.pending());

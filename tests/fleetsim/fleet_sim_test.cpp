@@ -379,32 +379,34 @@ namespace sluice::fleetsim {
 namespace {
 
 // The work price (sluice's decode_bound_price, on by default): agent sessions whose contexts grow
-// past 16k tokens, at 8 replicas, near the fleet's decode capacity (32 req/s). Without it the
+// past 16k tokens, at 8 replicas, just past the fleet's decode capacity (36 req/s). Without it the
 // policy's cold copies and crowded batches each looked free below the ITL pace, the extra prefill
-// took the fleet over it together, and most requests missed the SLO (round 18's cliff; seed 4 is
-// one where it tips at this rate: attainment 0.43 without the price; seeds 2, 3, 5, 6: 0.76-0.88,
-// and 1.00 with it on all five. Seed 3 tipped to below 0.5 until the copy credit's forecast was
-// the demand's count less its deviation, round 31). Shedding by the batch's expected misses (shed 2, the default)
-// also holds the batches under the pace and hides the price's effect: both runs use shed 1, and
-// with shed 2 the price-less run stays in the SLO too, having shed what the price would have spread.
+// took the fleet over it together, and most requests missed the SLO (round 18's cliff). Until round
+// 37 it tipped at 32 req/s (seed 4: attainment 0.43 without the price, 1.00 with it); since the
+// pace is learned from streamed decodes too, an endpoint whose batch runs slower than the model
+// says is priced so, and at 32 req/s the price-less run holds (1.00); at 36 it tips (seeds 4-6:
+// 0.33-0.35 without the price, 0.81-0.88 with it). Shedding by the batch's expected misses (shed 2,
+// the default) also holds the batches under the pace and hides the price's effect: both runs use
+// shed 1, and with shed 2 the price-less run stays near the SLO too, having shed what the price
+// would have spread.
 TEST(FleetSim, TheWorkPriceKeepsAgentSessionsInTheSloNearCapacity) {
   FleetConfig c;
   c.replicas = 8;
   c.policy = "sluice";
   c.workload = "agent_sessions,sessions=64";
-  c.arrivals.rate = 32;
+  c.arrivals.rate = 36;
   c.limits.max_requests = 2000;
   c.seed = 4;
   c.policy_params["shed"] = 1;
   const FleetResult on = run_ok(c);
   c.policy_params["decode_bound_price"] = 0;
   const FleetResult off = run_ok(c);
-  EXPECT_GT(on.figures.slo_attainment, 0.9);
+  EXPECT_GT(on.figures.slo_attainment, 0.75);
   EXPECT_LT(off.figures.slo_attainment, 0.5);
   EXPECT_GT(on.figures.goodput_rps, 2 * off.figures.goodput_rps);
   c.policy_params.erase("shed");
   const FleetResult off_shed2 = run_ok(c);
-  EXPECT_GT(off_shed2.figures.slo_attainment, 0.9);
+  EXPECT_GT(off_shed2.figures.slo_attainment, 0.8);
   EXPECT_GT(off_shed2.figures.reject_rate, on.figures.reject_rate);
 }
 

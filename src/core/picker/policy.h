@@ -108,9 +108,14 @@ struct PrefillSample {
 // expected first token to its answer, `elapsed_ms`, for `tokens` output tokens, beside `decoding`
 // of the own requests decoding there reading `kv_read` KV tokens when it came, and the KV usage
 // last scraped.
+// A streamed answer's decode is one too (`streamed`, DispatchGuard::on_stream_end): from its first
+// token to its last for the `tokens` after the first, with `prefilled` uncached tokens of the own
+// requests' prefills done at the endpoint meanwhile (which its steps carried).
 struct DecodeSample {
   double tokens = 0, elapsed_ms = 0, decoding = 0, kv_read = 0;
   double kv_usage = 0;
+  double prefilled = 0;
+  bool streamed = false;
 };
 
 // A queue head's expected first token: `ms` after it became the head (< 0: the policy has no

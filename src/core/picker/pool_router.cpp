@@ -23,6 +23,10 @@ DispatchGuard& DispatchGuard::operator=(DispatchGuard&& o) noexcept {
     context_ = o.context_;
     live_ = o.live_;
     decoding_ = o.decoding_;
+    decode_since_ = o.decode_since_;
+    stream_end_ = o.stream_end_;
+    prefilled_at_ = o.prefilled_at_;
+    streamed_ = o.streamed_;
   }
   return *this;
 }
@@ -37,7 +41,8 @@ void DispatchGuard::on_whole_answer(Time now, int64_t tokens) {
 void DispatchGuard::move_to_decode(Time now, bool sample, int64_t whole_tokens) {
   if (!router_ || decoding_) return;
   decoding_ = true;
-  router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now, sample, whole_tokens);
+  prefilled_at_ = router_->move_to_decode(endpoint_, prefill_, pairs_, seq_, now, sample, whole_tokens);
+  if (whole_tokens < 0 && now != Time::min()) decode_since_ = now;
   prefill_ = 0;
   pairs_ = 0;
 }
@@ -49,12 +54,13 @@ void DispatchGuard::on_tokens(int64_t n) {
   if (n <= 0) return;
   decode_ -= n;
   live_ += n;
+  streamed_ += n;
   router_->consume_decode(endpoint_, n);
 }
 
 void DispatchGuard::release() {
   if (!router_) return;
-  router_->release(endpoint_, prefill_, pairs_, decode_, context_, live_, decoding_, seq_);
+  router_->release(*this);
   router_ = nullptr;
 }
 
@@ -260,6 +266,7 @@ void PoolRouter::advance_whole_answers(Endpoint& ep, Time now) {
 
 void PoolRouter::move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time at) {
   ep.load.prefill_tokens -= done.tokens;
+  ep.prefilled += static_cast<double>(std::max<int64_t>(0, done.tokens));
   ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - done.pairs);
   ep.load.prefill_requests -= 1;
   if (ep.whole_decoding.empty()) {
@@ -309,11 +316,28 @@ void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq, Time now, int64_t toke
   }
 }
 
-void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context,
-                         int64_t live, bool decoding, uint64_t seq) {
+void PoolRouter::release(const DispatchGuard& g) {
+  const int64_t prefill = g.prefill_, decode = g.decode_, context = g.context_, live = g.live_;
+  const double pairs = g.pairs_;
+  const bool decoding = g.decoding_;
+  const uint64_t seq = g.seq_;
   std::lock_guard lock(mu_);
-  Endpoint& ep = endpoints_[endpoint];
+  Endpoint& ep = endpoints_[g.endpoint_];
   settle_whole(ep, seq);
+  // A streamed decode that ended complete: from its first token to its last, its tokens after the
+  // first (one per step) beside the batch as it is now, and the own prefill its steps carried.
+  if (decoding && g.decode_since_ != Time::min() && g.stream_end_ > g.decode_since_ && g.streamed_ >= 2) {
+    DecodeSample d;
+    const PrefillSample b = own_batch(ep);
+    d.tokens = static_cast<double>(g.streamed_ - 1);
+    d.elapsed_ms = to_millis(g.stream_end_ - g.decode_since_);
+    d.decoding = b.decoding;
+    d.kv_read = b.kv_read;
+    d.kv_usage = b.kv_usage;
+    d.prefilled = std::max(0.0, ep.prefilled - g.prefilled_at_);
+    d.streamed = true;
+    policy_->on_decode_done(g.endpoint_, d, g.stream_end_);
+  }
   auto& load = ep.load;
   load.in_flight -= 1;
   // Not in the queue any more: a whole answer the model moved on (its prefill already off the load).
@@ -330,8 +354,8 @@ void PoolRouter::release(size_t endpoint, int64_t prefill, double pairs, int64_t
   if (queued) leave_prefill_queue(ep, it, last_now_, true);
 }
 
-void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample,
-                                int64_t whole_tokens) {
+double PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample,
+                                  int64_t whole_tokens) {
   std::lock_guard lock(mu_);
   last_now_ = std::max(last_now_, now);
   Endpoint& ep = endpoints_[endpoint];
@@ -347,11 +371,13 @@ void PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs, 
     policy_->on_prefill_done(endpoint, s, now);
   }
   const auto it = pending(ep, seq);
-  if (it == ep.prefill_fifo.end()) return;  // a whole answer the model moved on already
+  if (it == ep.prefill_fifo.end()) return ep.prefilled;  // a whole answer the model moved on already
   ep.load.prefill_tokens -= prefill;
   ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - pairs);
   ep.load.prefill_requests -= 1;
+  ep.prefilled += static_cast<double>(std::max<int64_t>(0, prefill));
   leave_prefill_queue(ep, it, last_now_, sample);
+  return ep.prefilled;
 }
 
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {

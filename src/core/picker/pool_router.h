@@ -44,6 +44,10 @@ class DispatchGuard {
   // n output tokens arrived: the remaining decode bound shrinks.
   // (Before the first token: that is the first token, at the last time the router was told.)
   void on_tokens(int64_t n);
+  // The streamed answer ended complete at `now` (its last token): with a first token at a known
+  // time and more tokens after it, its decode is a sample of the endpoint's pace, taken at the
+  // release (Policy::on_decode_done, DecodeSample::streamed). Not for errors or cancellations.
+  void on_stream_end(Time now) { stream_end_ = now; }
   void release();
 
  private:
@@ -60,6 +64,11 @@ class DispatchGuard {
   int64_t context_ = 0;
   int64_t live_ = 0;  // input + output so far (EndpointLoad::live_context_tokens share)
   bool decoding_ = false;
+  // The streamed decode's sample (on_stream_end): its first token's time, the endpoint's own
+  // prefill tokens done by then (PoolRouter::Endpoint::prefilled), the tokens since, its end.
+  Time decode_since_ = Time::min(), stream_end_ = Time::min();
+  double prefilled_at_ = 0;
+  int64_t streamed_ = 0;
 };
 
 struct EndpointSnapshot {
@@ -183,6 +192,9 @@ class PoolRouter {
       int64_t decode;  // its output bound (a whole answer's tokens are counted up to it)
     };
     std::deque<Pending> prefill_fifo;
+    // The own prefill tokens done here so far (queue heads past their first token, whole answers
+    // moved on): a streamed decode's sample counts the prefill its steps carried (DecodeSample).
+    double prefilled = 0;
     // The front's time as the head is known (it became the head at a dispatch onto an empty queue,
     // or at a streamed request's first token or ending): only then is its own first token a sample
     // of the endpoint's pace.
@@ -203,11 +215,12 @@ class PoolRouter {
     Time whole_counted_at{};
     double whole_steps = 0;  // a step's fraction not yet counted
   };
-  void release(size_t endpoint, int64_t prefill, double pairs, int64_t decode, int64_t context, int64_t live, bool decoding,
-               uint64_t seq);
-  // `whole_tokens` >= 0: a whole answer of that many tokens came at `now`.
-  void move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample,
-                      int64_t whole_tokens = -1);
+  // The guard's share off its endpoint's accounting; its streamed decode's sample first (on_stream_end).
+  void release(const DispatchGuard& g);
+  // `whole_tokens` >= 0: a whole answer of that many tokens came at `now`. Returns the endpoint's
+  // own prefill tokens done (Endpoint::prefilled), this request's included.
+  double move_to_decode(size_t endpoint, int64_t prefill, double pairs, uint64_t seq, Time now, bool sample,
+                        int64_t whole_tokens = -1);
   // `seq`'s entry in its endpoint's prefill queue, or the queue's end when it is no longer there
   // (passed first token, or a whole answer the model moved on: its prefill already off the load).
   std::deque<Endpoint::Pending>::iterator pending(Endpoint& ep, uint64_t seq);  // mu_ held

@@ -696,44 +696,72 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   // Under KV pressure a prefill waits for blocks or is recomputed after a preemption: that is the
   // KV's (the KV terms price it), not the GPU's pace.
   if (!(s.elapsed_ms >= 0) || s.kv_usage >= params_.kv_risk_start) return;
-  if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
   const double model = prefill_model(s).first;
   if (!(model > 0)) return;
-  // The pool's observed / modelled ms for prefills of this size, this sample included: what the
-  // model misses in common (the step in progress when a request is dispatched, prefills that share
-  // a step) is not the endpoint's pace.
-  PaceBin& b = pace_bins_[pace_bin(model)];
-  b.observed_ms = b.observed_ms * kPaceKeepPool + s.elapsed_ms;
-  b.model_ms = b.model_ms * kPaceKeepPool + model;
-  note_pace(endpoint, s.elapsed_ms, model * (b.observed_ms / b.model_ms), now);
+  note_pace(endpoint, pace_bin(model), s.elapsed_ms, model, now);
 }
 
-// A whole answer's decode (header, whole answers): its tokens at the profile's ITL for the batch it
-// came to, against the pool's ratio for decodes of that length (bins of their own: the model's
-// misses differ from a prefill's). Its time counts from the expected first token, so what the
-// model's prefill missed is in it too: the pool's bins take what is common.
+// A decode (header, pace): a whole answer's (header, whole answers) is its tokens at the profile's
+// ITL for the batch it came to, counted from its expected first token, so what the model's prefill
+// missed is in it too; a streamed one's, from its first token to its last, is its tokens at the
+// batch's step time plus the own prefill its steps carried (beta a token). Each kind in bins of its
+// own (the model's misses differ from a prefill's and from each other's): the bins take what is
+// common.
 void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time now) {
   if (!(s.elapsed_ms >= 0) || !(s.tokens >= 1) || s.kv_usage >= params_.kv_risk_start) return;
-  if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
-  const double model = s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
+  const double model =
+      s.streamed ? s.tokens * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) + params_.beta_ms * s.prefilled
+                 : s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
   if (!(model > 0)) return;
-  PaceBin& b = decode_bins_[pace_bin(model)];
-  b.observed_ms = b.observed_ms * kPaceKeepPool + s.elapsed_ms;
-  b.model_ms = b.model_ms * kPaceKeepPool + model;
-  note_pace(endpoint, s.elapsed_ms, model * (b.observed_ms / b.model_ms), now);
+  note_pace(endpoint, (s.streamed ? 2 : 1) * kPaceBins + pace_bin(model), s.elapsed_ms, model, now);
 }
 
-void SluicePolicy::note_pace(size_t endpoint, double observed, double expected, Time now) {
+// One sample: the endpoint's cells decay by one sample, the sample's bin is refitted given every
+// endpoint's effect (so a bin's first samples set its m_b, not the endpoint's pace), then the
+// endpoint's effect given the bins'. The other endpoints follow at the next refresh.
+void SluicePolicy::note_pace(size_t endpoint, size_t cell, double observed, double model, Time now) {
+  if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
   Pace& q = pace_[endpoint];
-  q.observed_ms = q.observed_ms * kPaceKeep + observed;
-  q.expected_ms = q.expected_ms * kPaceKeep + expected;
-  q.square_ms = q.square_ms * kPaceKeep + observed * observed / expected;
+  const double x = std::log(std::max(observed, 1e-3) / model);
+  for (PaceCell& k : q.cells) k.n *= kPaceKeep, k.s *= kPaceKeep, k.q *= kPaceKeep;
+  PaceCell& k = q.cells[cell];
+  k.n += 1;
+  k.s += x;
+  k.q += x * x;
   q.samples = q.samples * kPaceKeep + 1;
   q.last = now;
+  fit_bin(cell);
+  fit_endpoint(q);
   pace_bounds(q, now);
   // (The fastest is chosen again at the next refresh; until then a faster one only takes its place.)
   pace_fastest_.offer(q);
   q.factor = pace_factor(q);
+}
+
+// a_e = sum over its bins of (s - n m_b) / (its count + 1): the least-squares effect given the bins',
+// shrunk toward 0 by one sample's worth (so an endpoint whose bins no other endpoint shares, whose
+// effect the samples cannot tell from its bins', is priced as the others).
+void SluicePolicy::fit_endpoint(Pace& q) const {
+  double num = 0, den = 1;
+  for (size_t b = 0; b < kPaceCells; ++b) {
+    const PaceCell& k = q.cells[b];
+    if (!(k.n > 0)) continue;
+    num += k.s - k.n * bin_effect_[b];
+    den += k.n;
+  }
+  q.log_r = num / den;
+}
+
+// m_b = sum over the endpoints of (s - n a_e) / their count in the bin (0 while it has none).
+void SluicePolicy::fit_bin(size_t b) {
+  double num = 0, den = 0;
+  for (const Pace& q : pace_) {
+    const PaceCell& k = q.cells[b];
+    if (!(k.n > 0)) continue;
+    num += k.s - k.n * q.log_r;
+    den += k.n;
+  }
+  bin_effect_[b] = den > 0 ? num / den : 0.0;
 }
 
 // The profile's ms for the prefill of a queue's head (as the TTFT formula with no queue ahead): its
@@ -753,17 +781,14 @@ size_t SluicePolicy::pace_bin(double model_ms) {
   return static_cast<size_t>(std::clamp(std::floor(std::log2(std::max(1.0, model_ms))), 0.0, double(kPaceBins - 1)));
 }
 
-// A whole answer's expected first token (PoolRouter): the profile's ms, times what the pool's
-// prefills of that size took over it (1 before any sample), times the fastest endpoint's R (what
-// its prefills took over the pool's) and the endpoint's factor; the tokens behind it in its steps
-// are done with it.
+// A whole answer's expected first token (PoolRouter): the profile's ms, times what prefills of that
+// size take over it (exp m_b, 1 before any sample), times the fastest endpoint's R and the
+// endpoint's factor; the tokens behind it in its steps are done with it.
 ExpectedPrefill SluicePolicy::expected_prefill(size_t endpoint, const PrefillSample& head) const {
   const auto [model, carried] = prefill_model(head);
   if (!(model >= 0)) return {};
-  const PaceBin& b = pace_bins_[pace_bin(model)];
-  const double pool = b.model_ms > 0 && b.observed_ms > 0 ? b.observed_ms / b.model_ms : 1.0;
-  const double fastest = pace_fastest_.known ? std::exp(pace_fastest_.log_r) : 1.0;
-  return {model * pool * fastest * pace_of(endpoint), carried};
+  const double fastest = pace_fastest_.known ? pace_fastest_.log_r : 0.0;
+  return {model * std::exp(bin_effect_[pace_bin(model)] + fastest) * pace_of(endpoint), carried};
 }
 
 // A whole answer's tokens (PoolRouter): one per step of the endpoint's batch, at its pace.
@@ -775,21 +800,25 @@ double SluicePolicy::expected_itl_ms(size_t endpoint, const PrefillSample& batch
   return sluice_batch_itl(scaled, batch.decoding, batch.kv_read, duty_).mean_ms;
 }
 
-// An endpoint's pace (header, pace): log R, R = observed / expected, and its standard error: the
-// samples' spread (each sample's ratio weighted by its expected ms: var = sum(o^2 / e) / sum(e) -
-// R^2) with a prior 0.25 (a ratio's +-50%) counted as one more sample, over w = the decayed sample
-// count faded by the time since the last sample (2 s time constant), in log terms (se / R).
+// An endpoint's pace (header, pace): log R = a_e (fit_endpoint) and its standard error: the spread
+// of its samples about the fit, with a prior 0.25 (a ratio's +-50%) counted as one more sample,
+// over w = the decayed sample count faded by the time since the last sample (kPaceFadeMs).
 // Evidence that fades widens it: an endpoint priced slow on a few samples and then sent none is
 // tried again, not priced on old evidence for ever.
-void SluicePolicy::pace_bounds(Pace& q, Time now) {
-  q.log_r = 0;
+void SluicePolicy::pace_bounds(Pace& q, Time now) const {
   q.se = 1;
-  if (!(q.samples > 0) || !(q.expected_ms > 0) || !(q.observed_ms > 0)) return;
-  const double w = q.samples * std::exp(-std::max(0.0, to_millis(now - q.last)) / 2000.0);
-  const double r = q.observed_ms / q.expected_ms;
-  const double var = (w * std::max(0.0, q.square_ms / q.expected_ms - r * r) + 0.25) / (w + 1);
-  q.log_r = std::log(r);
-  q.se = std::sqrt(var / std::max(w, 1e-9)) / r;
+  if (!(q.samples > 0)) return;
+  double square = 0, n = 0;
+  for (size_t b = 0; b < kPaceCells; ++b) {
+    const PaceCell& k = q.cells[b];
+    if (!(k.n > 0)) continue;
+    const double mu = q.log_r + bin_effect_[b];
+    square += k.q - 2 * mu * k.s + k.n * mu * mu;
+    n += k.n;
+  }
+  const double w = q.samples * std::exp(-std::max(0.0, to_millis(now - q.last)) / kPaceFadeMs);
+  const double var = (w * std::max(0.0, square / std::max(n, 1e-9)) + 0.25) / (w + 1);
+  q.se = std::sqrt(var / std::max(w, 1e-9));
 }
 
 // The factor: how much slower the endpoint is than the fastest one (the lowest log R + 2 se), by
@@ -801,10 +830,16 @@ double SluicePolicy::pace_factor(const Pace& q) const {
   return std::clamp(std::exp(std::max(0.0, d)), 1.0, 4.0);
 }
 
-// The pace factors' fading and the fastest endpoint, at most every 100 ms (as prefill_duty samples).
+// The fit (a few sweeps from the last one's values: it moves little between refreshes), the
+// factors' fading and the fastest endpoint, at most every 100 ms (as prefill_duty samples).
 void SluicePolicy::refresh_pace(Time now) {
   if (pace_.empty() || to_millis(now - pace_refreshed_) < 100.0) return;
   pace_refreshed_ = now;
+  for (int sweep = 0; sweep < 3; ++sweep) {
+    for (size_t b = 0; b < kPaceCells; ++b) fit_bin(b);
+    for (Pace& q : pace_)
+      if (q.samples > 0) fit_endpoint(q);
+  }
   pace_fastest_ = FastestPace{};
   for (Pace& q : pace_) {
     if (!(q.samples > 0)) continue;
@@ -860,6 +895,9 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"pace_share", e.in.pace_share},
                     // the endpoint's step times relative to the pool's (header, pace; 1 = as the profile)
                     {"pace", pace_of(endpoints[i].index)},
+                    {"pace_log_r", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].log_r : 0.0},
+                    {"pace_se", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].se : 1.0},
+                    {"pace_samples", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].samples : 0.0},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},
                     // 0 where it meets the SLO: shed 2 found the batch's expected new misses outweigh it.
                     {"serves", e.serves ? 1.0 : 0.0},

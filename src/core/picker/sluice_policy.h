@@ -35,37 +35,47 @@
 //   step(b, k) = C0 + max(W, beta b) + delta b + gamma k    (one decode step of b sequences)
 //   pace  the endpoint's step times relative to the pool's: every term below is computed with C0, W,
 //         beta, delta, gamma and eps times its factor f (1 until it has samples). A sample is a
-//         prefill the gateway saw (PoolRouter::move_to_decode: its own queue's head, from becoming
-//         the head to its first token; PrefillSample) and the ms the model gives it (its own steps,
-//         which also carry the own prefills queued behind it up to the chunk budget). The pool's
-//         observed / modelled ms is kept per size (a bin per doubling of the modelled ms, ~256
-//         samples), so what the model misses for every endpoint (the step in progress when a short
-//         prefill comes, prefills that share a step) is not taken for an endpoint's pace; the
-//         endpoint's R = its observed ms / the ms the pool's ratio expects for its samples (~64
-//         samples), with a standard error (the samples' spread with a prior 0.25, a ratio's
-//         +-50%, counted as one more sample, over w, its decayed sample count faded with a 2 s time
-//         constant since its last sample; refreshed every 100 ms). The fastest endpoint is the one
-//         with the lowest log R + 2 se; f = exp(log R less the fastest's, less two standard errors
-//         of that difference, 0 when within them), in [1, 4]: an endpoint is priced only as slower
-//         than the fastest one, as far as the samples tell them apart, never as faster. Pricing one
-//         faster drew it more traffic, so more samples, so a tighter bound: noise read as pace fed
-//         itself (live, two equal replicas and whole answers: 104 and 14 of 120 requests), where
-//         one priced slower draws less and its evidence fades (an endpoint priced slow on a few
-//         samples and then sent none is tried again). On a uniform fleet f is 1 and ties fall as without it. Samples taken with the KV
-//         usage at kv_risk_start or above are left out (waiting for blocks is the KV terms'). An
-//         older GPU in the pool is then priced as slower. Without it, on a fleet with half the
-//         replicas 2x slower (fleetsim --slow-replicas), 7 of 48 checked rates were lost
-//         (bench/results/README.md, rounds 35 and 36).
+//         time the gateway saw against the ms the model gives it: a prefill (PoolRouter::
+//         move_to_decode: its own queue's head, from becoming the head to its first token;
+//         PrefillSample; the model: its own steps, which also carry the own prefills queued behind
+//         it up to the chunk budget), a streamed decode (from its first token to its last; the
+//         model: its tokens at step(B, K) of the batch at its end, plus beta for each own prefill
+//         token done there meanwhile; DecodeSample::streamed) or a whole answer's decode (below).
+//         Each sample x = log(observed / model) is fitted as a_e + m_b: the endpoint's effect
+//         (log R) plus its bin's (kind, and a doubling of the modelled ms), what the model misses
+//         for every endpoint at that size (the step in progress when a short prefill comes,
+//         prefills that share a step), by least squares over the endpoints' decayed samples (~64
+//         each; a few sweeps every 100 ms, the sample's bin and endpoint at once), a_e shrunk toward
+//         0 by one sample. A fit, not each endpoint against the pool's mean of the bin: the policy
+//         sends sizes to endpoints by their pace, and the pool's mean of a bin that only slow
+//         replicas got was their pace (cost mix on a half-slow fleet: the 50k-100k-token documents
+//         went to the slow replicas, which then priced 1.0-1.3x; round 37). The standard error of
+//         a_e: the spread of its samples about the fit, with a prior 0.25 (+-50%) counted as one
+//         more sample, over w, its decayed sample count faded with a 30 s time constant since its
+//         last sample (kPaceFadeMs). The fastest endpoint is the one with the lowest log R + 2 se;
+//         f = exp(log R less the fastest's, less two standard errors of that difference, 0 when
+//         within them), in [1, 4]: an endpoint is priced only as slower than the fastest one, as
+//         far as the samples tell them apart, never as faster. Pricing one faster drew it more
+//         traffic, so more samples, so a tighter bound: noise read as pace fed itself (live, two
+//         equal replicas and whole answers: 104 and 14 of 120 requests), where one priced slower
+//         draws less and its evidence fades (an endpoint priced slow on a few samples and then sent
+//         none is tried again). A streamed decode's steps are many and its sample tight, so an
+//         endpoint whose batches run slower than the model says (a crowded batch, long contexts)
+//         is priced a few % slower on a uniform fleet too. Samples taken with the KV usage at
+//         kv_risk_start or above are left out (waiting for blocks is the KV terms'). An older GPU in
+//         the pool is then priced as slower. Without it, on a fleet with half the replicas 2x
+//         slower (fleetsim --slow-replicas), 7 of 48 checked rates were lost (bench/results/
+//         README.md, rounds 35-37).
 //   whole answers  a request that is not streamed shows the gateway no first token, only its
 //         whole answer: it would count as queued for its whole decode, its prefill tokens in Q
 //         ahead of everything sent after it. PoolRouter asks expected_prefill when it becomes the
-//         head (the model's ms as for a sample, times the pool's observed / modelled ratio of its
-//         size bin, times f, and the tokens behind it its steps carry) and moves it on to its
+//         head (the model's ms as for a sample, times exp(m_b + the fastest's a_e) of its size bin,
+//         times f, and the tokens behind it its steps carry) and moves it on to its
 //         decode when that time has passed, with the whole answers its steps carried; its tokens
 //         are counted at expected_itl_ms (the batch's ITL at f) until its answer. The next head's
 //         time from then is a model's, so its first token is no sample; instead the answer is one
 //         (on_decode_done: from the expected first token to the answer against its tokens at the
-//         batch's ITL, with a pool ratio per size of its own). Without it, with no request
+//         batch's ITL, in bins of its own). Without it, with no request
 //         streamed, 22 of 90 checked rates were lost (held-out seeds at 8 and 32 replicas; 0 with
 //         it; bench/results/README.md, round 36).
 //
@@ -453,9 +463,8 @@ class SluicePolicy : public Policy {
     continuation_ = 0;
     pace_share_ = next_pace_share_ = 0;
     pace_.clear();
-    pace_bins_ = {};
+    bin_effect_ = {};
     pace_fastest_ = FastestPace{};
-    decode_bins_ = {};
     pace_refreshed_ = Time{};
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
@@ -519,13 +528,31 @@ class SluicePolicy : public Policy {
     double per_ms = 0;
   };
   std::vector<EndpointInput> endpoint_input_;
-  // Per endpoint (by index): its prefills' observed ms and the ms the pool's pace expects for them
-  // (decayed per sample: ~64 samples), and the factor on its step times (header, pace).
+  // The pace (header): every sample is x = log(observed ms / the profile's ms), in a bin by its kind
+  // (prefill, whole answer's decode, streamed decode) and size (a doubling of the profile's ms), and is fitted as
+  // x = a_e + m_b + noise: the endpoint's effect a_e (its log R) plus the bin's m_b (what the
+  // profile misses for every endpoint at that size). A fit of both, not the endpoint's samples
+  // against the pool's mean per bin: where the policy sends the large prompts to some endpoints
+  // and the short ones to others, the pool's mean of a bin is those endpoints' pace and hid it
+  // (cost mix on a half-slow fleet: 50k-100k-token documents sent to the slow replicas, whose
+  // prefills then set the documents' bin, priced 1.0-1.1x; round 37).
+  static constexpr size_t kPaceBins = 16;  // per kind
+  static constexpr size_t kPaceCells = 3 * kPaceBins;  // prefill bins, whole answers' decode bins, streamed decodes'
+
+  static constexpr double kPaceKeep = 1.0 - 1.0 / 64;  // an endpoint's samples decay per sample: ~64
+  // An endpoint's evidence fades with this time constant since its last sample (pace_bounds): a
+  // GPU's pace is its hardware's, and what changes it (clocks throttled, a neighbour on the host)
+  // lasts minutes. With 2 s (rounds 35-36) a slow replica the pricing had kept idle for a few
+  // seconds was priced as the fastest again and drew the next long prompt (round 37).
+  static constexpr double kPaceFadeMs = 30000.0;
+  struct PaceCell {
+    double n = 0, s = 0, q = 0;  // decayed count, sum of x, sum of x^2
+  };
   struct Pace {
-    double observed_ms = 0, expected_ms = 0, samples = 0;
-    double square_ms = 0;  // sum of observed^2 / expected (the samples' spread)
-    Time last{};           // the last sample
-    double log_r = 0, se = 1;  // log R and its standard error (pace_bounds)
+    std::array<PaceCell, kPaceCells> cells{};
+    double samples = 0;        // the cells' decayed count
+    Time last{};               // the last sample
+    double log_r = 0, se = 1;  // a_e and its standard error (pace_bounds)
     double factor = 1.0;
   };
   // The fastest endpoint's pace: the lowest log R + 2 se offered since the last refresh.
@@ -540,27 +567,22 @@ class SluicePolicy : public Policy {
     }
   };
   FastestPace pace_fastest_;
-  static void pace_bounds(Pace& q, Time now);
+  void pace_bounds(Pace& q, Time now) const;
   std::vector<Pace> pace_;
+  std::array<double, kPaceCells> bin_effect_{};  // m_b
   Time pace_refreshed_{};
   double pace_factor(const Pace& q) const;
   void refresh_pace(Time now);
+  // The fit's two halves: one endpoint's a_e given the bins', one bin's m_b given the endpoints'.
+  void fit_endpoint(Pace& q) const;
+  void fit_bin(size_t bin);
   double pace_of(size_t index) const { return index < pace_.size() ? pace_[index].factor : 1.0; }
   double duty_ = 0;  // the pool's prefill duty at the last ranking (expected_itl_ms)
   // The profile's ms for a queue head's prefill (as a sample), and the tokens behind it its steps carry.
   std::pair<double, double> prefill_model(const PrefillSample& s) const;
   static size_t pace_bin(double model_ms);
-  // The pool's observed and modelled prefill ms by size (a bin per doubling of the modelled ms,
-  // decayed per sample: ~256 samples).
-  static constexpr size_t kPaceBins = 16;
-  static constexpr double kPaceKeep = 1.0 - 1.0 / 64, kPaceKeepPool = 1.0 - 1.0 / 256;
-  struct PaceBin {
-    double observed_ms = 0, model_ms = 0;
-  };
-  std::array<PaceBin, kPaceBins> pace_bins_{};
-  std::array<PaceBin, kPaceBins> decode_bins_{};  // the same for whole answers' decodes (DecodeSample)
-  // One sample of an endpoint's pace: its observed ms against the ms the pool's ratio expects.
-  void note_pace(size_t endpoint, double observed_ms, double expected_ms, Time now);
+  // One sample of an endpoint's pace: its observed ms against the profile's, in cell `cell`.
+  void note_pace(size_t endpoint, size_t cell, double observed_ms, double model_ms, Time now);
   // Per endpoint (by index): the adapters last dispatched there, most recent first, as hashes of their
   // names, distinct (adapter_ms above: those among the first max_lora are taken as loaded).
   static constexpr size_t kRecentAdapters = 16;

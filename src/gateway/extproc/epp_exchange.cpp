@@ -477,6 +477,7 @@ void EppExchange::on_response_body(std::string_view chunk, bool end_of_stream, s
     if (!was_rewriting) out.append(chunk);
     else if (s.rewriting && end_of_stream) out.append(s.parser.pending());
     s.flush_tokens();
+    if (end_of_stream && s.status < 400) s.guard.on_stream_end(s.gw.now());  // its last token: the decode's sample
   } else {
     // The whole body, for its usage (and the alias rewrite): read in place when it came as one
     // chunk (a small completion: no copy), else gathered up to kMaxBufferedResponse.

@@ -103,6 +103,74 @@ TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
   EXPECT_EQ(r.snapshot(ms(900))[0].load.prefill_requests, 0);  // the accounting moved on all the same
 }
 
+// A streamed answer that ends complete (on_stream_end, then its release) is a sample of the
+// endpoint's decode pace: from its first token to its last, its tokens after the first, the own
+// batch at its end, and the own prefill done at the endpoint meanwhile (which its steps carried).
+// No sample without a first token at a known time, for a single token, without an end (an error or
+// a cancellation), or for a whole answer.
+TEST(PoolRouterPicker, AStreamedAnswersDecodeIsASampleOfTheEndpointsPace) {
+  auto cfg = pool_of(1, "round_robin");
+  auto owned = std::make_unique<RecordingPolicy>();
+  RecordingPolicy& policy = *owned;
+  PoolRouter r(cfg, std::move(owned));
+  const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
+  const std::string ta(4000, 'a'), tb(2000, 'b');
+  auto a = req_of(ta, 100);  // 1000 tokens
+  auto b = req_of(tb, 100);  // 500
+  DispatchGuard ga = r.dispatch(a, r.rank(a, ms(0))[0], ms(0));
+  ga.on_first_token(ms(50));
+  ga.on_tokens(1);
+  DispatchGuard gb = r.dispatch(b, r.rank(b, ms(60))[0], ms(60));  // prefilled during a's decode
+  gb.on_first_token(ms(90));
+  gb.on_tokens(1);
+  ga.on_tokens(40);
+  ga.on_stream_end(ms(450));
+  EXPECT_TRUE(policy.decodes.empty());  // taken at the release
+  ga.release();
+  ASSERT_EQ(policy.decodes.size(), 1u);
+  const DecodeSample& d = policy.decodes[0];
+  EXPECT_TRUE(d.streamed);
+  EXPECT_DOUBLE_EQ(d.tokens, 40.0);
+  EXPECT_DOUBLE_EQ(d.elapsed_ms, 400.0);
+  EXPECT_DOUBLE_EQ(d.prefilled, 500.0);  // b's
+  EXPECT_DOUBLE_EQ(d.decoding, 2.0);     // a and b (a still counted at its end)
+  EXPECT_DOUBLE_EQ(d.kv_read, 1041.0 + 501.0);
+  // b ends without an end of stream (an upstream error, a client gone): no sample.
+  gb.on_tokens(30);
+  gb.release();
+  EXPECT_EQ(policy.decodes.size(), 1u);
+  // One token only: no step between tokens to time.
+  DispatchGuard gc = r.dispatch(b, r.rank(b, ms(500))[0], ms(500));
+  gc.on_first_token(ms(520));
+  gc.on_tokens(1);
+  gc.on_stream_end(ms(520));
+  gc.release();
+  EXPECT_EQ(policy.decodes.size(), 1u);
+  // Tokens before any first token at a known time: nothing to time them from.
+  DispatchGuard ge = r.dispatch(b, r.rank(b, ms(600))[0], ms(600));
+  ge.on_tokens(20);
+  ge.on_stream_end(ms(900));
+  ge.release();
+  EXPECT_EQ(policy.decodes.size(), 1u);
+  // A whole answer (no model): its decode is not timed here.
+  DispatchGuard gw = r.dispatch(b, r.rank(b, ms(1000))[0], ms(1000));
+  gw.on_whole_answer(ms(1400), 20);
+  gw.on_stream_end(ms(1400));
+  gw.release();
+  EXPECT_EQ(policy.decodes.size(), 1u);
+  // Moved (a guard handed on): the sample goes with it.
+  DispatchGuard gm = r.dispatch(b, r.rank(b, ms(2000))[0], ms(2000));
+  gm.on_first_token(ms(2010));
+  gm.on_tokens(11);
+  DispatchGuard moved = std::move(gm);
+  moved.on_stream_end(ms(2110));
+  moved.release();
+  ASSERT_EQ(policy.decodes.size(), 2u);
+  EXPECT_DOUBLE_EQ(policy.decodes[1].tokens, 10.0);
+  EXPECT_DOUBLE_EQ(policy.decodes[1].elapsed_ms, 100.0);
+  EXPECT_DOUBLE_EQ(policy.decodes[1].prefilled, 0.0);
+}
+
 // A whole answer (not streamed) shows no first token: it leaves the prefill queue when the policy
 // expects its first token (asked when it becomes the head), and the next head's time from then is
 // a model's, so its own first token is no sample; its tokens are counted at the policy's ITL. Its

@@ -226,14 +226,78 @@ TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
   }
   c = testing::rank(q, pool, req);
   EXPECT_NEAR(c[0].score / c[1].score, 1.0, 1e-6);
-  // Evidence fades without new samples (2 s time constant): 30 s later endpoint 1 is tried again.
+  // Evidence fades without new samples (30 s time constant): 10 minutes later endpoint 1 is tried
+  // again; 5 s later it is not.
   std::vector<Candidate> later;
-  p.rank(req, v, Time{std::chrono::seconds(30)}, later);
+  p.rank(req, v, Time{std::chrono::seconds(5)}, later);
+  EXPECT_LT(later[1].score, later[0].score);
+  p.rank(req, v, Time{std::chrono::seconds(600)}, later);
   EXPECT_DOUBLE_EQ(later[0].score, later[1].score);
   // A reset (a reload's new endpoint list) forgets it.
   p.on_endpoints_reset(2);
   c = testing::rank(p, pool, req);
   EXPECT_DOUBLE_EQ(c[0].score, c[1].score);
+}
+
+// The pace is fitted as an endpoint's effect plus a size's (header, pace): where the policy sends the
+// large prefills to the slow endpoints only, the large prefills' time over the model (here 1.5x) is
+// told apart from the endpoints' pace (2x), which the small prefills, sent everywhere, show. A
+// pool's mean per size took the slow endpoints' large prefills for the size's, and priced them
+// about 1.3x. Streamed decodes are samples too: their steps against the model's, with the own
+// prefill they carried.
+TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
+  SluicePolicy p({}, PoolKind::chat);
+  PrefillSample small, large;
+  small.tokens = 200;
+  small.pairs = 200.0 * 100.0;
+  const double small_ms = 2 + 5.5 + 1.5e-6 * small.pairs;  // one step under the weight floor
+  large.tokens = 4000;
+  large.pairs = 4000.0 * 2000.0;
+  const double large_ms = 2 + 0.022 * 4000 + 1.5e-6 * large.pairs;
+  for (int i = 0; i < 200; ++i) {
+    for (size_t e = 0; e < 4; ++e) {
+      small.elapsed_ms = (e < 2 ? 1.0 : 2.0) * small_ms * (i % 2 ? 1.1 : 0.9);
+      p.on_prefill_done(e, small, Time{});
+    }
+    for (size_t e = 2; e < 4; ++e) {
+      large.elapsed_ms = 2.0 * 1.5 * large_ms;
+      p.on_prefill_done(e, large, Time{});
+    }
+  }
+  FakePool pool(4);
+  const auto req = testing::chat(prompt('a', 4000), 1000);
+  std::vector<Explanation> ex;
+  auto v = pool.views();
+  p.explain(req, v, Time{std::chrono::milliseconds(200)}, ex);
+  EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
+  EXPECT_DOUBLE_EQ(term_of(ex, 1, "pace"), 1.0);
+  EXPECT_NEAR(term_of(ex, 2, "pace"), 2.0, 0.2);
+  EXPECT_NEAR(term_of(ex, 3, "pace"), 2.0, 0.2);
+  // A large prefill's first token on a fast endpoint: 1.5x the model, on a slow one 3x.
+  EXPECT_NEAR(p.expected_prefill(0, large).ms, 1.5 * large_ms, 0.15 * large_ms);
+  EXPECT_NEAR(p.expected_prefill(2, large).ms, 3.0 * large_ms, 0.3 * large_ms);
+
+  // Streamed decodes alone: 64 tokens beside 8 decoders, with 2,000 tokens of prefill carried,
+  // take twice as long on endpoint 1.
+  SluicePolicy d({}, PoolKind::chat);
+  DecodeSample x;
+  x.streamed = true;
+  x.tokens = 64;
+  x.decoding = 8;
+  x.kv_read = 8 * 2000;
+  x.prefilled = 2000;
+  const double model = 64 * (2 + 5.5 + 0.02 * 8 + 5e-5 * x.kv_read) + 0.022 * 2000;
+  for (int i = 0; i < 100; ++i) {
+    x.elapsed_ms = model * (i % 2 ? 1.05 : 0.95);
+    d.on_decode_done(0, x, Time{});
+    x.elapsed_ms = 2 * model * (i % 2 ? 1.05 : 0.95);
+    d.on_decode_done(1, x, Time{});
+  }
+  FakePool two(2);
+  auto w = two.views();
+  d.explain(req, w, Time{std::chrono::milliseconds(200)}, ex);
+  EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
+  EXPECT_NEAR(term_of(ex, 1, "pace"), 2.0, 0.2);
 }
 
 struct Case {
