@@ -154,6 +154,47 @@ void BM_PickerSluiceDecision64x16kMiss(benchmark::State& state) {
 void BM_PickerSluiceDecision64x16kHotHit(benchmark::State& state) {
   run_decisions(state, sluice_policy(), sluice_policy().prefix().index(), true, true);
 }
+// A decision that also refreshes the pace fit (at most every 100 ms: SluicePolicy::refresh_pace),
+// with every endpoint's pace learned from prefill and streamed-decode samples of several sizes: the
+// tail a decision takes once per 100 ms. Each iteration is 100 ms later than the last (/100), or at
+// the same time (/0: the decision alone).
+void BM_PickerSluiceDecision64PaceRefresh(benchmark::State& state) {
+  const int64_t step_ms = state.range(0);  // 0: the same decision without the refresh, to compare
+  Fixture& f = fixture();
+  SluicePolicy p({}, PoolKind::chat);
+  p.on_endpoints_reset(kEndpoints);
+  for (int i = 0; i < 64; ++i)
+    for (size_t e = 0; e < kEndpoints; ++e) {
+      PrefillSample s;
+      s.tokens = 100.0 * double(1 + i % 8) * double(1 + i % 3);
+      s.pairs = s.tokens * s.tokens / 2;
+      s.elapsed_ms = 5.0 + s.tokens * 0.03 * (e % 2 ? 2.0 : 1.0);
+      p.on_prefill_done(e, s, Time{});
+      DecodeSample d;
+      d.streamed = true;
+      d.tokens = 16.0 * double(1 + i % 5);
+      d.decoding = 8;
+      d.kv_read = 8000;
+      d.elapsed_ms = d.tokens * 8.0 * (e % 2 ? 2.0 : 1.0);
+      p.on_decode_done(e, d, Time{});
+    }
+  const std::string text = f.random_text(kPromptChars);
+  std::vector<Candidate> out;
+  std::vector<double> us;
+  int64_t ms = 0;
+  for (auto _ : state) {
+    ms += step_ms;
+    auto r = f.req(text);
+    auto t0 = std::chrono::steady_clock::now();
+    p.rank(r, f.views, Time{std::chrono::milliseconds(ms)}, out);
+    auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(out.data());
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  state.counters["median_us"] = us.empty() ? 0 : us[us.size() / 2];
+}
+BENCHMARK(BM_PickerSluiceDecision64PaceRefresh)->Arg(100)->Arg(0)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PickerSluiceDecision64x16kHit)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PickerSluiceDecision64x16kHotHit)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PickerSluiceDecision64x16kMiss)->Unit(benchmark::kMicrosecond);

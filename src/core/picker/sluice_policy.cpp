@@ -1,6 +1,7 @@
 #include "core/picker/sluice_policy.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -723,7 +724,11 @@ void SluicePolicy::note_pace(size_t endpoint, size_t cell, double observed, doub
   if (pace_.size() <= endpoint) pace_.resize(endpoint + 1);
   Pace& q = pace_[endpoint];
   const double x = std::log(std::max(observed, 1e-3) / model);
-  for (PaceCell& k : q.cells) k.n *= kPaceKeep, k.s *= kPaceKeep, k.q *= kPaceKeep;
+  for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) {
+    PaceCell& k = q.cells[static_cast<size_t>(std::countr_zero(m))];
+    k.n *= kPaceKeep, k.s *= kPaceKeep, k.q *= kPaceKeep;
+  }
+  pace_bins_used_ |= uint64_t{1} << cell;
   PaceCell& k = q.cells[cell];
   k.n += 1;
   k.s += x;
@@ -743,10 +748,9 @@ void SluicePolicy::note_pace(size_t endpoint, size_t cell, double observed, doub
 // effect the samples cannot tell from its bins', is priced as the others).
 void SluicePolicy::fit_endpoint(Pace& q) const {
   double num = 0, den = 1;
-  for (size_t b = 0; b < kPaceCells; ++b) {
-    const PaceCell& k = q.cells[b];
-    if (!(k.n > 0)) continue;
-    num += k.s - k.n * bin_effect_[b];
+  for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) {  // an empty cell adds 0 to both
+    const PaceCell& k = q.cells[static_cast<size_t>(std::countr_zero(m))];
+    num += k.s - k.n * bin_effect_[static_cast<size_t>(std::countr_zero(m))];
     den += k.n;
   }
   q.log_r = num / den;
@@ -809,7 +813,8 @@ void SluicePolicy::pace_bounds(Pace& q, Time now) const {
   q.se = 1;
   if (!(q.samples > 0)) return;
   double square = 0, n = 0;
-  for (size_t b = 0; b < kPaceCells; ++b) {
+  for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) {
+    const size_t b = static_cast<size_t>(std::countr_zero(m));
     const PaceCell& k = q.cells[b];
     if (!(k.n > 0)) continue;
     const double mu = q.log_r + bin_effect_[b];
@@ -835,8 +840,20 @@ double SluicePolicy::pace_factor(const Pace& q) const {
 void SluicePolicy::refresh_pace(Time now) {
   if (pace_.empty() || to_millis(now - pace_refreshed_) < 100.0) return;
   pace_refreshed_ = now;
+  // A few sweeps from the last fit's values (it moves little in 100 ms): every used bin's m_b
+  // (fit_bin's sums, one pass over the endpoints' cells in memory order), then every endpoint's a_e.
   for (int sweep = 0; sweep < 3; ++sweep) {
-    for (size_t b = 0; b < kPaceCells; ++b) fit_bin(b);
+    std::array<double, kPaceCells> num{}, den{};
+    for (const Pace& q : pace_)
+      for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) {
+        const size_t b = static_cast<size_t>(std::countr_zero(m));
+        num[b] += q.cells[b].s - q.cells[b].n * q.log_r;
+        den[b] += q.cells[b].n;
+      }
+    for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) {
+      const size_t b = static_cast<size_t>(std::countr_zero(m));
+      bin_effect_[b] = den[b] > 0 ? num[b] / den[b] : 0.0;
+    }
     for (Pace& q : pace_)
       if (q.samples > 0) fit_endpoint(q);
   }

@@ -464,6 +464,7 @@ class SluicePolicy : public Policy {
     pace_share_ = next_pace_share_ = 0;
     pace_.clear();
     bin_effect_ = {};
+    pace_bins_used_ = 0;
     pace_fastest_ = FastestPace{};
     pace_refreshed_ = Time{};
   }
@@ -537,7 +538,9 @@ class SluicePolicy : public Policy {
   // (cost mix on a half-slow fleet: 50k-100k-token documents sent to the slow replicas, whose
   // prefills then set the documents' bin, priced 1.0-1.1x; round 37).
   static constexpr size_t kPaceBins = 16;  // per kind
-  static constexpr size_t kPaceCells = 3 * kPaceBins;  // prefill bins, whole answers' decode bins, streamed decodes'
+  // Prefill bins, whole answers' decode bins, streamed decodes': at most 64 (pace_bins_used_'s bits).
+  static constexpr size_t kPaceCells = 3 * kPaceBins;
+  static_assert(kPaceCells <= 64);
 
   static constexpr double kPaceKeep = 1.0 - 1.0 / 64;  // an endpoint's samples decay per sample: ~64
   // An endpoint's evidence fades with this time constant since its last sample (pace_bounds): a
@@ -570,6 +573,7 @@ class SluicePolicy : public Policy {
   void pace_bounds(Pace& q, Time now) const;
   std::vector<Pace> pace_;
   std::array<double, kPaceCells> bin_effect_{};  // m_b
+  uint64_t pace_bins_used_ = 0;  // the cells any endpoint has a sample in (bit b: cell b)
   Time pace_refreshed_{};
   double pace_factor(const Pace& q) const;
   void refresh_pace(Time now);
