@@ -16,7 +16,9 @@ usage: bench/suite/margins.py 'GLOB' ['GLOB'...]
        bench/suite/margins.py --diff 'BEFORE_GLOB' 'AFTER_GLOB'
   --diff: also list the losing rates the second set fixed and broke, by cell (files of the same name)
        bench/suite/margins.py --list 'GLOB' ['GLOB'...]
-  --list: also list every losing rate of each set (cell @ rate: goodput and TTFT p90 ratios)
+  --list: also list every losing rate of each set (cell @ rate: goodput, TTFT p90 and SLO attainment
+       ratios; goodput_rps counts to the last completion, so a loss in goodput with an attainment
+       ratio >= 1 is a later drain, not fewer requests within the SLO)
 """
 import glob
 import math
@@ -66,13 +68,19 @@ def diff(before, after):
     print(f"broken ({len(broken)}):" + "".join(f"\n  {x}" for x in broken) if broken else "broken (0): -")
 
 
+def attainment(row):
+    # sluice's SLO attainment over the best other's (acceptance.py's row: sluice's att, the best other's):
+    # a goodput loss with attainment >= 1 is the run's drain (its last completion), not requests lost.
+    return row[12] / row[13] if row[13] > 0 else float("inf")
+
+
 def losing(files):
     out = []
     for f in files:
         a = acceptance.check(f)
         rows = {r[0]: r for r in a["rows"]}
         cell = os.path.basename(f)[:-5]
-        out += [f"{cell} @ {r:g}: goodput {rows[r][5]:.3f}x, TTFT p90 {rows[r][9]:.3f}x"
+        out += [f"{cell} @ {r:g}: goodput {rows[r][5]:.3f}x, TTFT p90 {rows[r][9]:.3f}x, attainment {attainment(rows[r]):.3f}x"
                 for r in sorted(a["fails"]) if rows[r][1]]
     return out
 
