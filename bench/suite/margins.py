@@ -16,6 +16,9 @@ usage: bench/suite/margins.py 'GLOB' ['GLOB'...]
        bench/suite/margins.py --diff 'BEFORE_GLOB' 'AFTER_GLOB'
   --diff: also list the losing rates the second set fixed and broke, by cell (files of the same name)
        bench/suite/margins.py --list 'GLOB' ['GLOB'...]
+       bench/suite/margins.py --all 'GLOB' ['GLOB'...]
+  --all: also, over every rate of the sweeps (checked or not), the rates where sluice's goodput is
+       under 0.98x the best other's and the goodput gmean
   --list: also list every losing rate of each set (cell @ rate: goodput, TTFT p90 and SLO attainment
        ratios; goodput_rps counts to the last completion, so a loss in goodput with an attainment
        ratio >= 1 is a later drain, not fewer requests within the SLO)
@@ -68,6 +71,17 @@ def diff(before, after):
     print(f"broken ({len(broken)}):" + "".join(f"\n  {x}" for x in broken) if broken else "broken (0): -")
 
 
+def all_rates(files):
+    gp, under = [], 0
+    for f in files:
+        for row in acceptance.check(f)["rows"]:
+            g_ratio = row[5]
+            if g_ratio > 0 and math.isfinite(g_ratio):
+                gp.append(math.log(g_ratio))
+            under += g_ratio < 0.98
+    return len(gp), under, math.exp(sum(gp) / len(gp)) if gp else float("nan")
+
+
 def attainment(row):
     # sluice's SLO attainment over the best other's (acceptance.py's row: sluice's att, the best other's):
     # a goodput loss with attainment >= 1 is the run's drain (its last completion), not requests lost.
@@ -89,7 +103,8 @@ def main():
     args = sys.argv[1:]
     with_diff = "--diff" in args
     with_list = "--list" in args
-    args = [a for a in args if a not in ("--diff", "--list")]
+    with_all = "--all" in args
+    args = [a for a in args if a not in ("--diff", "--list", "--all")]
     if not args or (with_diff and len(args) != 2):
         print(__doc__, file=sys.stderr)
         return 2
@@ -105,6 +120,10 @@ def main():
         m = margins(files)
         print(f"| {pattern} | {m['files']} | {m['checked']} | {m['fails']} | {m['gp_gmean']:.4f} | {m['ttft_gmean']:.4f} | "
               f"{m['ttft_over']} | {m['gp_under']} |")
+    if with_all:
+        for pattern, files in zip(args, sets):
+            n, under, g = all_rates(files)
+            print(f"\nall rates of {pattern}: {n}, goodput under 0.98x on {under}, goodput gmean {g:.4f}")
     if with_list:
         for pattern, files in zip(args, sets):
             rates = losing(files)

@@ -1,0 +1,1 @@
+sluice fleetsim --seed 54 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 32,48,64,80,96 --requests 6000 --workload agent_sessions,sessions=256 --slow-replicas 16 --slow-factor 2   # source: d12279d

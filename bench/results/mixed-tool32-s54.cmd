@@ -1,0 +1,1 @@
+sluice fleetsim --seed 54 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 80,120,160,200,240 --requests 8000 --workload tool_agent --slow-replicas 16 --slow-factor 2   # source: d12279d
