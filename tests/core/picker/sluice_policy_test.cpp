@@ -26,6 +26,15 @@ double term_of(const std::vector<Explanation>& ex, size_t e, std::string_view na
   return -1.0;
 }
 
+// A 4,000-character chat's explanation on `n` idle endpoints at 200 ms (the pace factors' terms).
+std::vector<Explanation> explain_idle(SluicePolicy& p, size_t n) {
+  FakePool pool(n);
+  std::vector<Explanation> ex;
+  auto v = pool.views();
+  p.explain(testing::chat(prompt('a', 4000), 1000), v, Time{std::chrono::milliseconds(200)}, ex);
+  return ex;
+}
+
 // The copy credit's holder: endpoint 0 decodes 60 sequences of 6,000-token contexts, 100 tokens each left.
 void load_holder(FakePool& pool) {
   pool.loads[0].in_flight = 60;
@@ -151,11 +160,7 @@ TEST(SluicePolicy, AnEndpointWithMoreSamplesIsNotPricedFasterThanItsEqual) {
       p.on_prefill_done(2, s, Time{});
     }
   }
-  FakePool pool(3);
-  const auto req = testing::chat(prompt('a', 4000), 1000);
-  std::vector<Explanation> ex;
-  auto v = pool.views();
-  p.explain(req, v, Time{std::chrono::milliseconds(200)}, ex);
+  const auto ex = explain_idle(p, 3);
   EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
   EXPECT_DOUBLE_EQ(term_of(ex, 1, "pace"), 1.0);
   EXPECT_GT(term_of(ex, 2, "pace"), 2.0);
@@ -264,11 +269,7 @@ TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
       p.on_prefill_done(e, large, Time{});
     }
   }
-  FakePool pool(4);
-  const auto req = testing::chat(prompt('a', 4000), 1000);
-  std::vector<Explanation> ex;
-  auto v = pool.views();
-  p.explain(req, v, Time{std::chrono::milliseconds(200)}, ex);
+  auto ex = explain_idle(p, 4);
   EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
   EXPECT_DOUBLE_EQ(term_of(ex, 1, "pace"), 1.0);
   EXPECT_NEAR(term_of(ex, 2, "pace"), 2.0, 0.2);
@@ -293,9 +294,7 @@ TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
     x.elapsed_ms = 2 * model * (i % 2 ? 1.05 : 0.95);
     d.on_decode_done(1, x, Time{});
   }
-  FakePool two(2);
-  auto w = two.views();
-  d.explain(req, w, Time{std::chrono::milliseconds(200)}, ex);
+  ex = explain_idle(d, 2);
   EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
   EXPECT_NEAR(term_of(ex, 1, "pace"), 2.0, 0.2);
 }
