@@ -840,20 +840,10 @@ double SluicePolicy::pace_factor(const Pace& q) const {
 void SluicePolicy::refresh_pace(Time now) {
   if (pace_.empty() || to_millis(now - pace_refreshed_) < 100.0) return;
   pace_refreshed_ = now;
-  // A few sweeps from the last fit's values (it moves little in 100 ms): every used bin's m_b
-  // (fit_bin's sums, one pass over the endpoints' cells in memory order), then every endpoint's a_e.
+  // A few sweeps from the last fit's values (it moves little in 100 ms): every used bin's m_b, then
+  // every endpoint's a_e.
   for (int sweep = 0; sweep < 3; ++sweep) {
-    std::array<double, kPaceCells> num{}, den{};
-    for (const Pace& q : pace_)
-      for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) {
-        const size_t b = static_cast<size_t>(std::countr_zero(m));
-        num[b] += q.cells[b].s - q.cells[b].n * q.log_r;
-        den[b] += q.cells[b].n;
-      }
-    for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) {
-      const size_t b = static_cast<size_t>(std::countr_zero(m));
-      bin_effect_[b] = den[b] > 0 ? num[b] / den[b] : 0.0;
-    }
+    for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) fit_bin(static_cast<size_t>(std::countr_zero(m)));
     for (Pace& q : pace_)
       if (q.samples > 0) fit_endpoint(q);
   }
@@ -912,6 +902,7 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"pace_share", e.in.pace_share},
                     // the endpoint's step times relative to the pool's (header, pace; 1 = as the profile)
                     {"pace", pace_of(endpoints[i].index)},
+                    // its fit: log R (a_e), its standard error and its decayed sample count
                     {"pace_log_r", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].log_r : 0.0},
                     {"pace_se", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].se : 1.0},
                     {"pace_samples", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].samples : 0.0},
