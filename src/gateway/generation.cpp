@@ -68,7 +68,7 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
       // learned for the endpoints it still has.
       if (PoolRuntime* old = previous ? previous->pool(pc.name) : nullptr) {
         if (size_t kept = reuse->router.adopt_learned(old->router); kept > 0)
-          spdlog::info("pool {}: prefix index of {} endpoint(s) carried over to the new config", pc.name, kept);
+          spdlog::info("pool {}: what the picker learned of {} endpoint(s) (prefix index, pace) carried over to the new config", pc.name, kept);
         // Requests still running on the old runtime keep counting against the hard cap.
         const std::shared_ptr<PoolRuntime>& held = previous->pools.find(pc.name)->second;
         reuse->router.inherit_in_flight(std::shared_ptr<const PoolRouter>(held, &held->router));

@@ -237,7 +237,7 @@ class Reload(unittest.TestCase):
                              extra_tenant=f"  - name: beta\n    key_sha256: [{sha('key-beta')}]")
         line = self.reload(scaled, "applied")
         self.assertIn("new or changed [chat]", line)
-        self.assertTrue(any("prefix index of 1 endpoint(s) carried over" in l for l in self.gw.err), self.gw.err[-5:])
+        self.assertTrue(any("learned of 1 endpoint(s) (prefix index, pace) carried over" in l for l in self.gw.err), self.gw.err[-5:])
         s, h = send_doc(self.conn())
         self.assertEqual(s, 200)
         self.assertEqual(h["x-sluice-endpoint"], f"chat-{self.b}")

@@ -157,6 +157,10 @@ class Policy {
   virtual void on_peer_shed(double work_ms, Time now) {}
   // The pool's endpoint list was replaced (reload): learned state for the old indices is void.
   virtual void on_endpoints_reset(size_t count) {}
+  // A reload replaced the pool (PoolRouter::adopt_learned): what `old` learned of each endpoint it
+  // still has (old_of_new[i]: endpoint i's index in `old`, or -1) besides the prefix index below,
+  // carried over. Default: nothing.
+  virtual void adopt_endpoints(const Policy& old, std::span<const int> old_of_new) {}
   // The policy's prefix index, if it keeps one (a reload carries it over to the new pool).
   virtual PrefixTracker* prefix_tracker() { return nullptr; }
   virtual const PrefixTracker* prefix_tracker() const { return nullptr; }

@@ -444,9 +444,11 @@ size_t PoolRouter::adopt_learned(const PoolRouter& old) {
         ++mapped;
         break;
       }
+  if (mapped == 0) return 0;
+  policy_->adopt_endpoints(*old.policy_, old_of_new);
   PrefixTracker* mine = policy_->prefix_tracker();
   const PrefixTracker* theirs = old.policy_->prefix_tracker();
-  if (mine == nullptr || theirs == nullptr || mapped == 0) return 0;
+  if (mine == nullptr || theirs == nullptr) return 0;
   mine->adopt(*theirs, old_of_new);
   return mapped;
 }

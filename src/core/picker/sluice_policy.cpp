@@ -856,6 +856,25 @@ void SluicePolicy::refresh_pace(Time now) {
   for (Pace& q : pace_) q.factor = pace_factor(q);
 }
 
+void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_of_new) {
+  const auto* o = dynamic_cast<const SluicePolicy*>(&old);
+  if (o == nullptr || o->pace_.empty()) return;
+  const SluiceParams &a = params_, &b = o->params_;
+  if (a.c0_ms != b.c0_ms || a.w_ms != b.w_ms || a.beta_ms != b.beta_ms || a.delta_ms != b.delta_ms ||
+      a.gamma_ms != b.gamma_ms || a.eps_ms != b.eps_ms || a.chunk_tokens != b.chunk_tokens)
+    return;
+  pace_.assign(old_of_new.size(), Pace{});
+  for (size_t i = 0; i < old_of_new.size(); ++i)
+    if (old_of_new[i] >= 0 && static_cast<size_t>(old_of_new[i]) < o->pace_.size()) pace_[i] = o->pace_[static_cast<size_t>(old_of_new[i])];
+  bin_effect_ = o->bin_effect_;
+  pace_bins_used_ = o->pace_bins_used_;
+  pace_fastest_ = FastestPace{};
+  for (const Pace& q : pace_)
+    if (q.samples > 0) pace_fastest_.offer(q);
+  for (Pace& q : pace_) q.factor = pace_factor(q);
+  pace_refreshed_ = o->pace_refreshed_;
+}
+
 void SluicePolicy::on_dispatch(const PickRequest& req, size_t endpoint, Time now) {
   cursor_ = endpoint + 1;
   if (!req.adapter.empty()) {

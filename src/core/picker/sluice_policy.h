@@ -470,6 +470,10 @@ class SluicePolicy : public Policy {
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
+  // Each kept endpoint's pace (its fit's cells and the bins'): an older GPU stays priced as one
+  // across a reload that changed the pool. Only from a sluice policy with the same step-time model
+  // (the samples are ratios to it).
+  void adopt_endpoints(const Policy& old, std::span<const int> old_of_new) override;
 
   const SluiceParams& params() const { return params_; }
   const PrefixTracker& prefix() const { return prefix_; }

@@ -564,5 +564,44 @@ TEST(PoolRouterPicker, AdoptLearnedCarriesThePrefixIndexByAddress) {
   }
 }
 
+// A reload that changes the pool keeps what the sluice policy learned of each kept endpoint's pace
+// (streamed decodes here: endpoint 1's take twice endpoint 0's), by address: the slow replica is
+// still priced slower under its new index, a new replica as the fastest. Not adopted, they tie.
+TEST(PoolRouterPicker, AdoptLearnedCarriesTheEndpointsPaceByAddress) {
+  auto before = pool_of(2, "sluice");  // ep0 :9000, ep1 :9001
+  PoolRouter old(before, make_policy(before, 1));
+  const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
+  int t = 0;
+  for (int i = 0; i < 40; ++i)
+    for (size_t e = 0; e < 2; ++e) {
+      auto req = req_of(std::string(400, static_cast<char>('a' + i % 20)), 50);
+      DispatchGuard g = old.dispatch(req, Candidate{e, 0.0, 0}, ms(t));
+      g.on_first_token(ms(t + 20));
+      g.on_tokens(41);
+      g.on_stream_end(ms(t + 20 + (e == 0 ? 400 : 800)));
+      g.release();
+      t += 1000;
+    }
+  auto after = pool_of(0, "sluice");
+  EndpointConfig fresh;
+  fresh.name = "new";
+  fresh.address = {"127.0.0.1", 9005};
+  after.endpoints = {fresh, before.endpoints[1], before.endpoints[0]};  // slow :9001 is now 1, fast :9000 is 2
+  const auto score_of = [](const std::vector<Candidate>& c, size_t e) {
+    for (const auto& x : c)
+      if (x.endpoint == e) return x.score;
+    return 0.0;
+  };
+  const auto probe = req_of(std::string(2000, 'z'), 200);
+  PoolRouter next(after, make_policy(after, 2));
+  EXPECT_EQ(next.adopt_learned(old), 2u);
+  const auto ranked = next.rank(probe, ms(t));
+  EXPECT_LT(score_of(ranked, 1), score_of(ranked, 2));
+  EXPECT_DOUBLE_EQ(score_of(ranked, 0), score_of(ranked, 2));
+  PoolRouter cold(after, make_policy(after, 2));
+  const auto tied = cold.rank(probe, ms(t));
+  EXPECT_DOUBLE_EQ(score_of(tied, 1), score_of(tied, 2));
+}
+
 }  // namespace
 }  // namespace sluice
