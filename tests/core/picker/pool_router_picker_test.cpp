@@ -574,7 +574,8 @@ TEST(PoolRouterPicker, AdoptLearnedCarriesTheEndpointsPaceByAddress) {
   int t = 0;
   for (int i = 0; i < 40; ++i)
     for (size_t e = 0; e < 2; ++e) {
-      auto req = req_of(std::string(400, static_cast<char>('a' + i % 20)), 50);
+      const std::string text(400, static_cast<char>('a' + i % 20));  // req_of's text is a view of it
+      auto req = req_of(text, 50);
       DispatchGuard g = old.dispatch(req, Candidate{e, 0.0, 0}, ms(t));
       g.on_first_token(ms(t + 20));
       g.on_tokens(41);
@@ -592,7 +593,8 @@ TEST(PoolRouterPicker, AdoptLearnedCarriesTheEndpointsPaceByAddress) {
       if (x.endpoint == e) return x.score;
     return 0.0;
   };
-  const auto probe = req_of(std::string(2000, 'z'), 200);
+  const std::string probe_text(2000, 'z');
+  const auto probe = req_of(probe_text, 200);
   PoolRouter next(after, make_policy(after, 2));
   EXPECT_EQ(next.adopt_learned(old), 2u);
   const auto ranked = next.rank(probe, ms(t));
