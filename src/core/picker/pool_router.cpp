@@ -206,6 +206,24 @@ PrefillSample PoolRouter::own_batch(const Endpoint& ep) {
   return b;
 }
 
+DecodeSample PoolRouter::decode_sample(const Endpoint& ep, double tokens, double elapsed_ms) {
+  const PrefillSample b = own_batch(ep);
+  DecodeSample d;
+  d.tokens = tokens;
+  d.elapsed_ms = elapsed_ms;
+  d.decoding = b.decoding;
+  d.kv_read = b.kv_read;
+  d.kv_usage = b.kv_usage;
+  return d;
+}
+
+void PoolRouter::off_prefill_load(Endpoint& ep, int64_t tokens, double pairs, bool done) {
+  ep.load.prefill_requests -= 1;
+  ep.load.prefill_tokens -= tokens;
+  ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - pairs);
+  if (done) ep.prefilled += static_cast<double>(std::max<int64_t>(0, tokens));
+}
+
 std::deque<PoolRouter::Endpoint::Pending>::iterator PoolRouter::pending(Endpoint& ep, uint64_t seq) {
   auto& fifo = ep.prefill_fifo;
   auto it = std::lower_bound(fifo.begin(), fifo.end(), seq, [](const Endpoint::Pending& p, uint64_t s) { return p.seq < s; });
@@ -265,10 +283,7 @@ void PoolRouter::advance_whole_answers(Endpoint& ep, Time now) {
 }
 
 void PoolRouter::move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time at) {
-  ep.load.prefill_tokens -= done.tokens;
-  ep.prefilled += static_cast<double>(std::max<int64_t>(0, done.tokens));
-  ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - done.pairs);
-  ep.load.prefill_requests -= 1;
+  off_prefill_load(ep, done.tokens, done.pairs, true);
   if (ep.whole_decoding.empty()) {
     ep.whole_counted_at = at;
     ep.whole_steps = 0;
@@ -298,16 +313,9 @@ void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq, Time now, int64_t toke
   auto& v = ep.whole_decoding;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].seq != seq) continue;
-    if (tokens >= 1 && now > v[i].since) {
-      const PrefillSample b = own_batch(ep);
-      DecodeSample d;
-      d.tokens = static_cast<double>(tokens);
-      d.elapsed_ms = to_millis(now - v[i].since);
-      d.decoding = b.decoding;
-      d.kv_read = b.kv_read;
-      d.kv_usage = b.kv_usage;
-      policy_->on_decode_done(static_cast<size_t>(&ep - endpoints_.data()), d, now);
-    }
+    if (tokens >= 1 && now > v[i].since)
+      policy_->on_decode_done(static_cast<size_t>(&ep - endpoints_.data()),
+                              decode_sample(ep, static_cast<double>(tokens), to_millis(now - v[i].since)), now);
     ep.load.decode_tokens += v[i].counted;
     ep.load.live_context_tokens -= v[i].counted;
     v[i] = v.back();
@@ -327,13 +335,7 @@ void PoolRouter::release(const DispatchGuard& g) {
   // A streamed decode that ended complete: from its first token to its last, its tokens after the
   // first (one per step) beside the batch as it is now, and the own prefill its steps carried.
   if (decoding && g.decode_since_ != Time::min() && g.stream_end_ > g.decode_since_ && g.streamed_ >= 2) {
-    DecodeSample d;
-    const PrefillSample b = own_batch(ep);
-    d.tokens = static_cast<double>(g.streamed_ - 1);
-    d.elapsed_ms = to_millis(g.stream_end_ - g.decode_since_);
-    d.decoding = b.decoding;
-    d.kv_read = b.kv_read;
-    d.kv_usage = b.kv_usage;
+    DecodeSample d = decode_sample(ep, static_cast<double>(g.streamed_ - 1), to_millis(g.stream_end_ - g.decode_since_));
     d.prefilled = std::max(0.0, ep.prefilled - g.prefilled_at_);
     d.streamed = true;
     policy_->on_decode_done(g.endpoint_, d, g.stream_end_);
@@ -343,11 +345,7 @@ void PoolRouter::release(const DispatchGuard& g) {
   // Not in the queue any more: a whole answer the model moved on (its prefill already off the load).
   const auto it = decoding ? ep.prefill_fifo.end() : pending(ep, seq);
   const bool queued = it != ep.prefill_fifo.end();
-  if (queued) {
-    load.prefill_requests -= 1;
-    load.prefill_tokens -= prefill;
-    load.prefill_pairs = std::max(0.0, load.prefill_pairs - pairs);
-  }
+  if (queued) off_prefill_load(ep, prefill, pairs, false);
   load.context_tokens -= context;
   load.live_context_tokens -= live;
   load.decode_tokens -= decode;
@@ -372,10 +370,7 @@ double PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs
   }
   const auto it = pending(ep, seq);
   if (it == ep.prefill_fifo.end()) return ep.prefilled;  // a whole answer the model moved on already
-  ep.load.prefill_tokens -= prefill;
-  ep.load.prefill_pairs = std::max(0.0, ep.load.prefill_pairs - pairs);
-  ep.load.prefill_requests -= 1;
-  ep.prefilled += static_cast<double>(std::max<int64_t>(0, prefill));
+  off_prefill_load(ep, prefill, pairs, true);
   leave_prefill_queue(ep, it, last_now_, sample);
   return ep.prefilled;
 }

@@ -231,6 +231,12 @@ class PoolRouter {
   // The endpoint's own load as a sample's batch: its own decoders, the KV they read, and the KV
   // usage last scraped (mu_ held).
   static PrefillSample own_batch(const Endpoint& ep);
+  // A decode of `tokens` tokens that took `elapsed_ms`, beside the endpoint's own batch as it is
+  // now (own_batch; mu_ held).
+  static DecodeSample decode_sample(const Endpoint& ep, double tokens, double elapsed_ms);
+  // A request's prefill off its endpoint's load: `done` (past its first token, or a whole answer
+  // moved on: Endpoint::prefilled counts it) or not (it ended while queued). mu_ held.
+  static void off_prefill_load(Endpoint& ep, int64_t tokens, double pairs, bool done);
   // The front of the queue became the head at `since` (mu_ held).
   void set_head(Endpoint& ep, Time since, bool known);
   // Whole-answer heads whose expected first token (Policy::expected_prefill) has passed by

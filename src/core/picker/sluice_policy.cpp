@@ -749,9 +749,9 @@ void SluicePolicy::note_pace(size_t endpoint, size_t cell, double observed, doub
 void SluicePolicy::fit_endpoint(Pace& q) const {
   double num = 0, den = 1;
   for (uint64_t m = pace_bins_used_; m != 0; m &= m - 1) {  // an empty cell adds 0 to both
-    const PaceCell& k = q.cells[static_cast<size_t>(std::countr_zero(m))];
-    num += k.s - k.n * bin_effect_[static_cast<size_t>(std::countr_zero(m))];
-    den += k.n;
+    const size_t b = static_cast<size_t>(std::countr_zero(m));
+    num += q.cells[b].s - q.cells[b].n * bin_effect_[b];
+    den += q.cells[b].n;
   }
   q.log_r = num / den;
 }
@@ -847,12 +847,16 @@ void SluicePolicy::refresh_pace(Time now) {
     for (Pace& q : pace_)
       if (q.samples > 0) fit_endpoint(q);
   }
+  for (Pace& q : pace_)
+    if (q.samples > 0) pace_bounds(q, now);
+  choose_fastest();
+}
+
+// The fastest endpoint among those with samples, and every factor relative to it.
+void SluicePolicy::choose_fastest() {
   pace_fastest_ = FastestPace{};
-  for (Pace& q : pace_) {
-    if (!(q.samples > 0)) continue;
-    pace_bounds(q, now);
-    pace_fastest_.offer(q);
-  }
+  for (const Pace& q : pace_)
+    if (q.samples > 0) pace_fastest_.offer(q);
   for (Pace& q : pace_) q.factor = pace_factor(q);
 }
 
@@ -868,10 +872,7 @@ void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_o
     if (old_of_new[i] >= 0 && static_cast<size_t>(old_of_new[i]) < o->pace_.size()) pace_[i] = o->pace_[static_cast<size_t>(old_of_new[i])];
   bin_effect_ = o->bin_effect_;
   pace_bins_used_ = o->pace_bins_used_;
-  pace_fastest_ = FastestPace{};
-  for (const Pace& q : pace_)
-    if (q.samples > 0) pace_fastest_.offer(q);
-  for (Pace& q : pace_) q.factor = pace_factor(q);
+  choose_fastest();
   pace_refreshed_ = o->pace_refreshed_;
 }
 
@@ -900,8 +901,10 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                            std::vector<Explanation>& out) {
   evaluate<true>(req, endpoints, now);
   out.clear();
+  const Pace unknown{};
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const Eval& e = evals_[i];
+    const Pace& fit = endpoints[i].index < pace_.size() ? pace_[endpoints[i].index] : unknown;
     out.push_back({endpoints[i].index,
                    {{"cost_ms", e.cost.total()},
                     {"ttft_ms", e.cost.ttft_ms},
@@ -922,9 +925,9 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     // the endpoint's step times relative to the pool's (header, pace; 1 = as the profile)
                     {"pace", pace_of(endpoints[i].index)},
                     // its fit: log R (a_e), its standard error and its decayed sample count
-                    {"pace_log_r", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].log_r : 0.0},
-                    {"pace_se", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].se : 1.0},
-                    {"pace_samples", endpoints[i].index < pace_.size() ? pace_[endpoints[i].index].samples : 0.0},
+                    {"pace_log_r", fit.log_r},
+                    {"pace_se", fit.se},
+                    {"pace_samples", fit.samples},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},
                     // 0 where it meets the SLO: shed 2 found the batch's expected new misses outweigh it.
                     {"serves", e.serves ? 1.0 : 0.0},

@@ -581,6 +581,7 @@ class SluicePolicy : public Policy {
   Time pace_refreshed_{};
   double pace_factor(const Pace& q) const;
   void refresh_pace(Time now);
+  void choose_fastest();
   // The fit's two halves: one endpoint's a_e given the bins', one bin's m_b given the endpoints'.
   void fit_endpoint(Pace& q) const;
   void fit_bin(size_t bin);
