@@ -63,11 +63,21 @@ class RecordingPolicy final : public Policy {
   std::vector<Seen> samples;
 };
 
-TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
-  auto cfg = pool_of(1, "round_robin");
+// A one-endpoint pool whose policy records what the router tells it.
+struct Recorded {
+  RecordingPolicy* policy;
+  std::unique_ptr<PoolRouter> router;
+};
+Recorded recording_pool() {
   auto owned = std::make_unique<RecordingPolicy>();
-  RecordingPolicy& policy = *owned;
-  PoolRouter r(cfg, std::move(owned));
+  RecordingPolicy* policy = owned.get();
+  return {policy, std::make_unique<PoolRouter>(pool_of(1, "round_robin"), std::move(owned))};
+}
+
+TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
+  const Recorded rec = recording_pool();
+  RecordingPolicy& policy = *rec.policy;
+  PoolRouter& r = *rec.router;
   const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
   const std::string ta(4000, 'a'), tb(2000, 'b'), tc(800, 'c');
   auto a = req_of(ta, 10);  // 1000 tokens
@@ -109,10 +119,9 @@ TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
 // No sample without a first token at a known time, for a single token, without an end (an error or
 // a cancellation), or for a whole answer.
 TEST(PoolRouterPicker, AStreamedAnswersDecodeIsASampleOfTheEndpointsPace) {
-  auto cfg = pool_of(1, "round_robin");
-  auto owned = std::make_unique<RecordingPolicy>();
-  RecordingPolicy& policy = *owned;
-  PoolRouter r(cfg, std::move(owned));
+  const Recorded rec = recording_pool();
+  RecordingPolicy& policy = *rec.policy;
+  PoolRouter& r = *rec.router;
   const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
   const std::string ta(4000, 'a'), tb(2000, 'b');
   auto a = req_of(ta, 100);  // 1000 tokens
@@ -177,12 +186,11 @@ TEST(PoolRouterPicker, AStreamedAnswersDecodeIsASampleOfTheEndpointsPace) {
 // answer, or its ending, later takes nothing off twice. Without a model it stays queued until its
 // answer, as before.
 TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpected) {
-  auto cfg = pool_of(1, "round_robin");
-  auto owned = std::make_unique<RecordingPolicy>();
-  RecordingPolicy& policy = *owned;
+  const Recorded rec = recording_pool();
+  RecordingPolicy& policy = *rec.policy;
   policy.expected_ms = 100;
   policy.itl_ms = 10;
-  PoolRouter r(cfg, std::move(owned));
+  PoolRouter& r = *rec.router;
   const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
   const auto load = [&](Time now) {
     r.rank(req_of("x"), now);  // a ranking moves the queue on
