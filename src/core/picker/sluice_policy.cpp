@@ -36,6 +36,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.default_output_tokens = std::max(0.0, p.get("default_output_tokens", s.default_output_tokens));
   s.mean_prompt_tokens = p.get("mean_prompt_tokens", s.mean_prompt_tokens);
   s.max_prefix_blocks = std::max(1.0, p.get("max_prefix_blocks", s.max_prefix_blocks));
+  s.itl_calibration = p.get("itl_calibration", s.itl_calibration);
   s.shed = p.get("shed", s.shed);
   return s;
 }
@@ -431,17 +432,24 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   bool any_meets = false;
   double most_cached = 0;  // the longest cached prefix of the request on any endpoint (tokens)
   std::optional<SluiceParams> scaled;  // p with an endpoint's pace (made only on a fleet that has one)
+  double least_calib = 4.0;  // the lowest ITL calibration of the endpoints (shedding)
   for (size_t i = 0; i < endpoints.size(); ++i) {
     const EndpointView& v = endpoints[i];
     const EndpointLoad& l = *v.load;
     const LoadEstimate est = estimate_load(v);
     // The endpoint's pace (header): its step times' terms scaled by the factor learned from its prefills.
     const double pace = pace_of(v.index);
-    if (pace != 1.0) {
+    // And the ITL it tests against the SLO, as its streams showed it (header, the SLO): the same as
+    // the SLO over the factor.
+    const double calib = itl_calibration_of(v.index);
+    least_calib = std::min(least_calib, calib);
+    const bool own = pace != 1.0 || calib != 1.0;
+    if (own) {
       if (!scaled) scaled.emplace(p);
       scale_step_terms(p, pace, *scaled);
+      scaled->itl_slo_ms = p.itl_slo_ms / calib;
     }
-    const SluiceParams& pe = pace != 1.0 ? *scaled : p;
+    const SluiceParams& pe = own ? *scaled : p;
     // Every field of e that is read is written below (no zero-initialisation first).
     Eval& e = evals_[i];
     if constexpr (kFull) e.fresh = est.fresh;
@@ -512,7 +520,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     BatchLag batch;
     SluiceCost cost = embed ? cost_and_itl<false>(pe, in, factors, nullptr, batch)
                             : cost_and_itl<true>(pe, in, factors, &itl, batch);
-    const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= p.itl_slo_ms);
+    const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= pe.itl_slo_ms);
     // Where it misses, the miss price stands for the request: its own decode lag, and its later
     // turns' (which follow it here), are not charged on top (header, the SLO).
     if (!meets_slo && p.miss_price > 0 && p.decode_price >= 1) [[unlikely]] {
@@ -530,8 +538,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     bool serves = meets_slo;
     if (p.shed >= 2 && meets_slo && !embed && in.output > 1) {
       const double sd = batch.itl.sd_ms;
-      const double after = sluice_excess_probability(itl, sd, p.itl_slo_ms);
-      const double before = sluice_excess_probability(batch.itl.mean_ms, sd, p.itl_slo_ms);
+      const double after = sluice_excess_probability(itl, sd, pe.itl_slo_ms);
+      const double before = sluice_excess_probability(batch.itl.mean_ms, sd, pe.itl_slo_ms);
       serves = 1.0 - after > (in.decoding + in.queued) * std::max(0.0, after - before);
     }
     any_meets |= serves;
@@ -543,8 +551,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       // served, shed 2: as soon as the batch moves.) Read below only when no endpoint serves it, so
       // every endpoint's is then fresh.
       double wait = std::max(0.0, cost.ttft_ms - p.ttft_slo_ms);
-      if (!embed && in.output > 1 && itl > p.itl_slo_ms)
-        wait = std::max(wait, (1.0 - p.itl_slo_ms / itl) * 2.0 * in.remaining / std::max(1.0, in.decoding + in.queued) * itl);
+      if (!embed && in.output > 1 && itl > pe.itl_slo_ms)
+        wait = std::max(wait, (1.0 - pe.itl_slo_ms / itl) * 2.0 * in.remaining / std::max(1.0, in.decoding + in.queued) * itl);
       e.meets_in_ms = meets_slo ? 0.0 : wait;
     }
     e.total = cost.total();
@@ -586,9 +594,11 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     alone.input = input;
     alone.output = output;
     alone.cached = most_cached;
-    // Its ITL alone too: an ITL SLO under one engine step is never met, and sheds nothing.
+    // Its ITL alone too: an ITL SLO under one engine step is never met, and sheds nothing; nor one
+    // that the streams' calibration puts past the SLO alone on the least calibrated endpoint (after
+    // a burst whose streams ran slow, an idle pool is not the load that makes it miss).
     shed_alone_ms_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0);
-    shed_advice_ = shed_alone_ms_ <= p.ttft_slo_ms && (output <= 1 || sluice_itl_ms(p, alone) <= p.itl_slo_ms);
+    shed_advice_ = shed_alone_ms_ <= p.ttft_slo_ms && (output <= 1 || sluice_itl_ms(p, alone) * least_calib <= p.itl_slo_ms);
   }
   // phi for the decisions after this request's dispatch (on_dispatch): the pool's mean batch ITL over
   // the ITL SLO. However often a request is ranked (explain_json ranks it once more), every ranking
@@ -709,6 +719,16 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
 // own (the model's misses differ from a prefill's and from each other's): the bins take what is
 // common.
 void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time now) {
+  // The ITL calibration's sample (header, the SLO): every complete stream and whole answer, its own
+  // ITL against the model's for the batch it ended in (at the endpoint's pace), KV pressure
+  // included (its waits and preemptions are what the SLO test must see).
+  if (params_.itl_calibration > 0 && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
+    PrefillSample batch;
+    batch.decoding = s.decoding;
+    batch.kv_read = s.kv_read;
+    const double model = expected_itl_ms(endpoint, batch);
+    if (model > 0) note_itl(endpoint, std::log(s.elapsed_ms / s.tokens / model), now);
+  }
   if (!(s.elapsed_ms >= 0) || !(s.tokens >= 1) || s.kv_usage >= params_.kv_risk_start) return;
   const double model =
       s.streamed ? s.tokens * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) + params_.beta_ms * s.prefilled
@@ -804,6 +824,48 @@ double SluicePolicy::expected_itl_ms(size_t endpoint, const PrefillSample& batch
   return sluice_batch_itl(scaled, batch.decoding, batch.kv_read, duty_).mean_ms;
 }
 
+void SluicePolicy::note_itl(size_t endpoint, double x, Time now) {
+  x = std::clamp(x, -2.0, 2.0);  // a stream 7x off its expectation is not the model's miss
+  if (itl_calib_.size() <= endpoint) itl_calib_.resize(endpoint + 1);
+  ItlCalibration& c = itl_calib_[endpoint];
+  c.w = c.w * kPaceKeep + 1;
+  c.s = c.s * kPaceKeep + x;
+  c.q = c.q * kPaceKeep + x * x;
+  c.last = now;
+  ItlCalibration& pool = itl_calib_pool_;
+  pool.w = pool.w * kItlPoolKeep + 1;
+  pool.s = pool.s * kItlPoolKeep + x;
+  pool.q = pool.q * kItlPoolKeep + x * x;
+  pool.last = now;
+}
+
+// Every endpoint's factor (at most every 100 ms, with the pace's refresh): its mean shrunk toward
+// the pool's, which is shrunk toward 0 by one sample, each weighed by its count faded since its last
+// sample (kItlFadeMs: a stale calibration is the model's again), less two standard errors (the
+// samples' spread over the weight): only what the streams tell apart from the model's noise.
+void SluicePolicy::refresh_itl_calibration(Time now) {
+  if (itl_calib_.empty()) return;
+  const auto faded = [&](const ItlCalibration& c) { return c.w * std::exp(-std::max(0.0, to_millis(now - c.last)) / kItlFadeMs); };
+  const auto spread = [](const ItlCalibration& c) {
+    return c.w > 0 ? std::max(0.0, c.q / c.w - (c.s / c.w) * (c.s / c.w)) : 0.0;
+  };
+  const ItlCalibration& pool = itl_calib_pool_;
+  const double wp = faded(pool);
+  const double pool_mean = pool.w > 0 ? pool.s / pool.w * wp / (wp + 1) : 0.0;
+  const double pool_var = spread(pool);
+  const bool on = params_.itl_calibration > 0;
+  const auto factor = [&](double mean, double var, double w) {
+    return on ? std::clamp(std::exp(mean - 2.0 * std::sqrt(var / std::max(w, 1.0))), 1.0, 4.0) : 1.0;
+  };
+  itl_pool_factor_ = factor(pool_mean, pool_var, wp);
+  for (ItlCalibration& c : itl_calib_) {
+    const double w = faded(c);
+    const double k = kItlPriorSamples;
+    const double mean = ((c.w > 0 ? w * c.s / c.w : 0.0) + k * pool_mean) / (w + k);
+    c.factor = factor(mean, (w * spread(c) + k * pool_var) / (w + k), w + k);
+  }
+}
+
 // An endpoint's pace (header, pace): log R = a_e (fit_endpoint) and its standard error: the spread
 // of its samples about the fit, with a prior 0.25 (a ratio's +-50%) counted as one more sample,
 // over w = the decayed sample count faded by the time since the last sample (kPaceFadeMs).
@@ -838,8 +900,10 @@ double SluicePolicy::pace_factor(const Pace& q) const {
 // The fit (a few sweeps from the last one's values: it moves little between refreshes), the
 // factors' fading and the fastest endpoint, at most every 100 ms (as prefill_duty samples).
 void SluicePolicy::refresh_pace(Time now) {
-  if (pace_.empty() || to_millis(now - pace_refreshed_) < 100.0) return;
+  if ((pace_.empty() && itl_calib_.empty()) || to_millis(now - pace_refreshed_) < 100.0) return;
   pace_refreshed_ = now;
+  refresh_itl_calibration(now);
+  if (pace_.empty()) return;
   // A few sweeps from the last fit's values (it moves little in 100 ms): every used bin's m_b, then
   // every endpoint's a_e.
   for (int sweep = 0; sweep < 3; ++sweep) {
@@ -862,7 +926,7 @@ void SluicePolicy::choose_fastest() {
 
 void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_of_new) {
   const auto* o = dynamic_cast<const SluicePolicy*>(&old);
-  if (o == nullptr || o->pace_.empty()) return;
+  if (o == nullptr || (o->pace_.empty() && o->itl_calib_.empty())) return;
   const SluiceParams &a = params_, &b = o->params_;
   if (a.c0_ms != b.c0_ms || a.w_ms != b.w_ms || a.beta_ms != b.beta_ms || a.delta_ms != b.delta_ms ||
       a.gamma_ms != b.gamma_ms || a.eps_ms != b.eps_ms || a.chunk_tokens != b.chunk_tokens)
@@ -870,6 +934,12 @@ void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_o
   pace_.assign(old_of_new.size(), Pace{});
   for (size_t i = 0; i < old_of_new.size(); ++i)
     if (old_of_new[i] >= 0 && static_cast<size_t>(old_of_new[i]) < o->pace_.size()) pace_[i] = o->pace_[static_cast<size_t>(old_of_new[i])];
+  itl_calib_.assign(old_of_new.size(), ItlCalibration{});
+  for (size_t i = 0; i < old_of_new.size(); ++i)
+    if (old_of_new[i] >= 0 && static_cast<size_t>(old_of_new[i]) < o->itl_calib_.size())
+      itl_calib_[i] = o->itl_calib_[static_cast<size_t>(old_of_new[i])];
+  itl_calib_pool_ = o->itl_calib_pool_;
+  itl_pool_factor_ = o->itl_pool_factor_;
   bin_effect_ = o->bin_effect_;
   pace_bins_used_ = o->pace_bins_used_;
   choose_fastest();
@@ -928,6 +998,8 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"pace_log_r", fit.log_r},
                     {"pace_se", fit.se},
                     {"pace_samples", fit.samples},
+                    // its streams' ITL over the ITL expected at their dispatch (header, the SLO; 1: as the model)
+                    {"itl_calibration", itl_calibration_of(endpoints[i].index)},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},
                     // 0 where it meets the SLO: shed 2 found the batch's expected new misses outweigh it.
                     {"serves", e.serves ? 1.0 : 0.0},

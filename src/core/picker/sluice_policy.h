@@ -288,6 +288,27 @@
 //            own queue and batch (Q, B, K) are exact and stay per endpoint.
 //   it misses when itl_ms > itl_slo_ms or ttft_ms > ttft_slo_ms. The same step time is the batch's:
 //   an endpoint it would push past the ITL SLO is one where it misses too.
+//   The ITL calibration (itl_calibration 1, the default; 0: off): the ITL tested against the SLO is
+//   k_e x itl_ms (in every term that prices a lag, the SLO is itl_slo_ms / k_e), k_e what the
+//   endpoint's decodes showed against the model: each complete stream (and whole answer, from its
+//   expected first token) is a sample x = log(its own ITL / expected_itl_ms of the batch it ended
+//   in, at the endpoint's pace), KV pressure included (the pace leaves those samples out);
+//   k_e = exp(m - 2 se) in [1, 4], m = (w_e m_e + 8 m_pool) / (w_e + 8), m_e the endpoint's mean
+//   (~64 samples, decayed per sample), m_pool the pool's (~256, shrunk toward 0 by one), se the
+//   samples' spread over sqrt(w_e + 8), each weight its count faded with a 10 s time constant since
+//   its last sample (what the model misses of an ITL is mostly load, and follows it). Against the
+//   batch it ended in, not the ITL expected at its dispatch: that one also holds what the batch did
+//   after the dispatch (the pick's lowest estimate of many regressing to the mean, a batch that
+//   grew), which shed 2 already weighs; calibrated by it, the hot prefix at 32 replicas, 640-800
+//   req/s, shed 7-13% of its goodput. Never under the model, and only what the samples tell apart
+//   from their noise (a uniform fleet's streams read 1.00-1.06x, and k = 1: the hard suite's runs
+//   are unchanged where the KV has room). A request that alone on the least calibrated endpoint
+//   would miss the ITL SLO is not shed for it (after a burst whose streams ran slow, an idle pool
+//   is not load). Without it, on a fleet with half its replicas 2x slower under KV pressure past
+//   capacity (kv_pressure at 8 replicas, 75-90 req/s), the model read ~41 ms where the fast
+//   replicas' full KV (waits, preemptions) made ~55 and the slow ones' (their pace read 1.5x, the
+//   factor less its two standard errors) ~100; sluice admitted ~60 req/s of which almost none met
+//   the SLO: goodput 2.6-6.0 where ~45 was sustainable (bench/results/README.md, round 38).
 // Shedding (shed 1; the default, 2, below adds to it): when the request would miss its SLO on every endpoint, and on an
 // idle endpoint holding its longest cached prefix it would meet the SLO (its prefill alone, ttft_of
 // with no queue and no batch, <= ttft_slo_ms, and its ITL alone <= itl_slo_ms: an SLO no engine step
@@ -343,7 +364,8 @@
 // cache_config_info. The SLO: ttft_slo_ms 1000, itl_slo_ms 50 (the goodput SLO of workloads.md; set
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
 // priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier),
-// shed 2 (shedding, above; 1: only where the request itself misses; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// shed 2 (shedding, above; 1: only where the request itself misses; 0: off), itl_calibration 1 (the SLO,
+// above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -376,6 +398,7 @@ struct SluiceParams {
   double default_output_tokens = 256;
   double mean_prompt_tokens = 512;
   double max_prefix_blocks = 8192;
+  double itl_calibration = 1;     // 1: the ITL tested against the SLO is calibrated by what streams showed (the SLO, above); 0: off
   double shed = 2;                // refuse requests that would miss the SLO everywhere because of load, or where
                                   // admitting costs the batch more than it gains (1: only the former; 0: off)
   static SluiceParams from(PolicyParams& p);
@@ -467,6 +490,9 @@ class SluicePolicy : public Policy {
     pace_bins_used_ = 0;
     pace_fastest_ = FastestPace{};
     pace_refreshed_ = Time{};
+    itl_calib_.clear();
+    itl_calib_pool_ = ItlCalibration{};
+    itl_pool_factor_ = 1.0;
   }
   void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                std::vector<Explanation>& out) override;
@@ -587,6 +613,27 @@ class SluicePolicy : public Policy {
   void fit_bin(size_t bin);
   double pace_of(size_t index) const { return index < pace_.size() ? pace_[index].factor : 1.0; }
   double duty_ = 0;  // the pool's prefill duty at the last ranking (expected_itl_ms)
+  // The ITL calibration (header, the SLO): x = log(a decode's own ITL / expected_itl_ms of the batch
+  // it ended in), per endpoint (decayed per sample as the pace's, kPaceKeep) and over the pool
+  // (kItlPoolKeep); factor = exp(the endpoint's mean shrunk toward the pool's by kItlPriorSamples,
+  // less two standard errors; each weighed by its count faded since its last sample, kItlFadeMs),
+  // in [1, 4].
+  struct ItlCalibration {
+    double w = 0, s = 0, q = 0;  // decayed count, sum of x, sum of x^2
+    Time last{};
+    double factor = 1.0;
+  };
+  static constexpr double kItlPoolKeep = 1.0 - 1.0 / 256;
+  // What the model misses of an ITL is mostly load (a full KV's waits, a burst's prefills) and
+  // follows it within seconds: faded faster than a GPU's pace (kPaceFadeMs).
+  static constexpr double kItlFadeMs = 10000.0;
+  static constexpr double kItlPriorSamples = 8;
+  std::vector<ItlCalibration> itl_calib_;
+  ItlCalibration itl_calib_pool_;
+  void note_itl(size_t endpoint, double x, Time now);
+  void refresh_itl_calibration(Time now);
+  double itl_pool_factor_ = 1.0;  // an endpoint's without samples of its own: the pool's
+  double itl_calibration_of(size_t index) const { return index < itl_calib_.size() ? itl_calib_[index].factor : itl_pool_factor_; }
   // The profile's ms for a queue head's prefill (as a sample), and the tokens behind it its steps carry.
   std::pair<double, double> prefill_model(const PrefillSample& s) const;
   static size_t pace_bin(double model_ms);

@@ -299,6 +299,93 @@ TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
   EXPECT_NEAR(term_of(ex, 1, "pace"), 2.0, 0.2);
 }
 
+// The ITL tested against the SLO is the model's times what decodes showed (header, the SLO): two
+// endpoints decode 60 sequences of 9,000-token contexts, ~36 ms a token by the model (under the 50
+// ms SLO). Streams on endpoint 0 took 1.6x the model's ITL for their batch, on endpoint 1 as the
+// model: endpoint 0 is tested at ~1.52x (its mean shrunk toward the pool's, less two standard
+// errors), past the SLO, and the request goes to endpoint 1 (a tie before). An endpoint without
+// samples of its own takes the pool's; decodes faster than the model never lower it under the
+// model's; old samples fade out; 0 turns it off. Without it, on a half-slow fleet under KV pressure
+// past its capacity, the model read ~41 ms where streams saw 55-100 and sluice admitted what then
+// missed (FleetSim.TheItlCalibrationHoldsAMixedFleetUnderKvPressureAtItsCapacity).
+TEST(SluicePolicy, TheItlTestedAgainstTheSloIsWhatDecodesShowed) {
+  const auto ms = [](int64_t n) { return Time{std::chrono::milliseconds(n)}; };
+  const std::string text = prompt('a', 4000);
+  const PickRequest req = testing::chat(text, 1000, 200);
+  FakePool pool(3);
+  for (size_t e = 0; e < 3; ++e) {
+    pool.loads[e].in_flight = 60;
+    pool.loads[e].live_context_tokens = 60 * 9000;
+    pool.loads[e].decode_tokens = 60 * 100;
+  }
+  auto v = pool.views();
+  std::vector<Explanation> ex;
+  const auto calibrated = [&](SluicePolicy& p, Time at) {
+    p.explain(req, std::span(v).first(2), at, ex);
+    return std::pair{term_of(ex, 0, "itl_calibration"), term_of(ex, 1, "itl_calibration")};
+  };
+  SluicePolicy p({}, PoolKind::chat);
+  p.explain(req, std::span(v).first(2), ms(0), ex);
+  const double itl = term_of(ex, 0, "itl_ms");
+  ASSERT_GT(itl, 30.0);
+  ASSERT_LT(itl, 40.0);
+  EXPECT_EQ(term_of(ex, 0, "meets_slo"), 1.0);
+  EXPECT_EQ(term_of(ex, 1, "meets_slo"), 1.0);
+  EXPECT_EQ(term_of(ex, 0, "itl_calibration"), 1.0);
+  // 200 streams on each endpoint, alternately, 100 tokens beside the batch: endpoint 0's at `r0`
+  // times the model's ITL for that batch, 1's at `r1`.
+  const auto feed = [&](SluicePolicy& q, double r0, double r1) {
+    DecodeSample d;
+    d.streamed = true;
+    d.tokens = 100;
+    d.decoding = 60;
+    d.kv_read = 60 * 9000;
+    d.kv_usage = 0.95;  // KV pressure included: its waits are what the SLO test must see
+    PrefillSample batch;
+    batch.decoding = d.decoding;
+    batch.kv_read = d.kv_read;
+    const double model = q.expected_itl_ms(0, batch);
+    ASSERT_GT(model, 30.0);
+    for (int i = 0; i < 200; ++i)
+      for (size_t e = 0; e < 2; ++e) {
+        d.elapsed_ms = (e == 0 ? r0 : r1) * model * d.tokens * (i % 2 ? 1.05 : 0.95);
+        q.on_decode_done(e, d, ms(0));
+      }
+  };
+  feed(p, 1.6, 1.0);
+  auto [c0, c1] = calibrated(p, ms(200));
+  EXPECT_NEAR(c0, 1.52, 0.05);
+  EXPECT_NEAR(c1, 1.0, 0.02);
+  EXPECT_EQ(term_of(ex, 0, "meets_slo"), 0.0);
+  EXPECT_EQ(term_of(ex, 1, "meets_slo"), 1.0);
+  EXPECT_NEAR(term_of(ex, 0, "itl_ms"), itl, 0.5);  // the model's ITL itself is unchanged
+  EXPECT_EQ(term_of(ex, 0, "pace"), 1.0);  // samples under KV pressure are not the pace's
+  std::vector<Candidate> c;
+  p.rank(req, std::span(v).first(2), ms(200), c);
+  EXPECT_EQ(c[0].endpoint, 1u);
+  EXPECT_FALSE(c[0].shed);
+  // An endpoint with no samples of its own takes the pool's (~1.22x here).
+  p.explain(req, v, ms(400), ex);
+  EXPECT_NEAR(term_of(ex, 2, "itl_calibration"), 1.22, 0.04);
+  // Old samples fade (10 s): ten minutes later it is the model's again.
+  std::tie(c0, c1) = calibrated(p, ms(600000));
+  EXPECT_NEAR(c0, 1.0, 0.01);
+  EXPECT_EQ(term_of(ex, 0, "meets_slo"), 1.0);
+  // Decodes faster than the model never price an endpoint under it; within their noise, as it.
+  SluicePolicy fast({}, PoolKind::chat);
+  feed(fast, 0.5, 1.02);
+  std::tie(c0, c1) = calibrated(fast, ms(200));
+  EXPECT_EQ(c0, 1.0);
+  EXPECT_EQ(c1, 1.0);
+  // Off: the model's ITL alone.
+  SluiceParams off_params;
+  off_params.itl_calibration = 0;
+  SluicePolicy off(off_params, PoolKind::chat);
+  feed(off, 1.6, 1.0);
+  EXPECT_EQ(calibrated(off, ms(200)).first, 1.0);
+  EXPECT_EQ(term_of(ex, 0, "meets_slo"), 1.0);
+}
+
 struct Case {
   const char* name;
   void (*setup)(FakePool&);
