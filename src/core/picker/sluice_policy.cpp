@@ -719,10 +719,12 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
 // own (the model's misses differ from a prefill's and from each other's): the bins take what is
 // common.
 void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time now) {
-  // The ITL calibration's sample (header, the SLO): every complete stream and whole answer, its own
-  // ITL against the model's for the batch it ended in (at the endpoint's pace), KV pressure
-  // included (its waits and preemptions are what the SLO test must see).
-  if (params_.itl_calibration > 0 && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
+  // The ITL calibration's sample (header, the SLO): every complete stream, its own ITL against the
+  // model's for the batch it ended in (at the endpoint's pace), KV pressure included (its waits and
+  // preemptions are what the SLO test must see). Not a whole answer: its decode is timed from its
+  // expected first token, and a short answer after a cold prefill the model underrated read 2-2.7x
+  // (the tool agent's first seconds, whole answers: requests shed at 30 req/s).
+  if (params_.itl_calibration > 0 && s.streamed && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
     PrefillSample batch;
     batch.decoding = s.decoding;
     batch.kv_read = s.kv_read;
@@ -846,8 +848,11 @@ void SluicePolicy::note_itl(size_t endpoint, double x, Time now) {
 void SluicePolicy::refresh_itl_calibration(Time now) {
   if (itl_calib_.empty()) return;
   const auto faded = [&](const ItlCalibration& c) { return c.w * std::exp(-std::max(0.0, to_millis(now - c.last)) / kItlFadeMs); };
+  // The samples' variance about their mean, with a prior 0.25 (a ratio's +-50%) counted as one
+  // more sample (as the pace's): a few alike samples are not a tight estimate.
   const auto spread = [](const ItlCalibration& c) {
-    return c.w > 0 ? std::max(0.0, c.q / c.w - (c.s / c.w) * (c.s / c.w)) : 0.0;
+    const double var = c.w > 0 ? std::max(0.0, c.q / c.w - (c.s / c.w) * (c.s / c.w)) : 0.0;
+    return (c.w * var + 0.25) / (c.w + 1);
   };
   const ItlCalibration& pool = itl_calib_pool_;
   const double wp = faded(pool);

@@ -290,13 +290,17 @@
 //   an endpoint it would push past the ITL SLO is one where it misses too.
 //   The ITL calibration (itl_calibration 1, the default; 0: off): the ITL tested against the SLO is
 //   k_e x itl_ms (in every term that prices a lag, the SLO is itl_slo_ms / k_e), k_e what the
-//   endpoint's decodes showed against the model: each complete stream (and whole answer, from its
-//   expected first token) is a sample x = log(its own ITL / expected_itl_ms of the batch it ended
-//   in, at the endpoint's pace), KV pressure included (the pace leaves those samples out);
-//   k_e = exp(m - 2 se) in [1, 4], m = (w_e m_e + 8 m_pool) / (w_e + 8), m_e the endpoint's mean
-//   (~64 samples, decayed per sample), m_pool the pool's (~256, shrunk toward 0 by one), se the
-//   samples' spread over sqrt(w_e + 8), each weight its count faded with a 10 s time constant since
-//   its last sample (what the model misses of an ITL is mostly load, and follows it). Against the
+//   endpoint's streams showed against the model: each complete stream is a sample x = log(its own
+//   ITL / expected_itl_ms of the batch it ended in, at the endpoint's pace), KV pressure included
+//   (the pace leaves those samples out); k_e = exp(m - 2 se) in [1, 4], m = (w_e m_e + 8 m_pool) /
+//   (w_e + 8), m_e the endpoint's mean (~64 samples, decayed per sample), m_pool the pool's (~256,
+//   shrunk toward 0 by one), se the samples' spread (with a prior 0.25 counted as one more sample)
+//   over sqrt(w_e + 8), each weight its count faded with a 10 s time constant since its last sample
+//   (what the model misses of an ITL is mostly load, and follows it). Not whole answers: a whole
+//   answer's decode is timed from its expected first token, and after a cold prefill the model
+//   underrated a short answer read 2-2.7x (the tool agent's first seconds: requests shed at 30
+//   req/s); so where no client streams the calibration stays 1 (mixed-whole-kvp8 still collapses
+//   past capacity). Against the
 //   batch it ended in, not the ITL expected at its dispatch: that one also holds what the batch did
 //   after the dispatch (the pick's lowest estimate of many regressing to the mean, a batch that
 //   grew), which shed 2 already weighs; calibrated by it, the hot prefix at 32 replicas, 640-800

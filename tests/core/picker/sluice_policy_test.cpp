@@ -305,7 +305,7 @@ TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
 // model: endpoint 0 is tested at ~1.52x (its mean shrunk toward the pool's, less two standard
 // errors), past the SLO, and the request goes to endpoint 1 (a tie before). An endpoint without
 // samples of its own takes the pool's; decodes faster than the model never lower it under the
-// model's; old samples fade out; 0 turns it off. Without it, on a half-slow fleet under KV pressure
+// model's; old samples fade out; whole answers are not samples; 0 turns it off. Without it, on a half-slow fleet under KV pressure
 // past its capacity, the model read ~41 ms where streams saw 55-100 and sluice admitted what then
 // missed (FleetSim.TheItlCalibrationHoldsAMixedFleetUnderKvPressureAtItsCapacity).
 TEST(SluicePolicy, TheItlTestedAgainstTheSloIsWhatDecodesShowed) {
@@ -334,9 +334,9 @@ TEST(SluicePolicy, TheItlTestedAgainstTheSloIsWhatDecodesShowed) {
   EXPECT_EQ(term_of(ex, 0, "itl_calibration"), 1.0);
   // 200 streams on each endpoint, alternately, 100 tokens beside the batch: endpoint 0's at `r0`
   // times the model's ITL for that batch, 1's at `r1`.
-  const auto feed = [&](SluicePolicy& q, double r0, double r1) {
+  const auto feed = [&](SluicePolicy& q, double r0, double r1, bool streamed = true) {
     DecodeSample d;
-    d.streamed = true;
+    d.streamed = streamed;
     d.tokens = 100;
     d.decoding = 60;
     d.kv_read = 60 * 9000;
@@ -377,6 +377,10 @@ TEST(SluicePolicy, TheItlTestedAgainstTheSloIsWhatDecodesShowed) {
   std::tie(c0, c1) = calibrated(fast, ms(200));
   EXPECT_EQ(c0, 1.0);
   EXPECT_EQ(c1, 1.0);
+  // A whole answer's decode, timed from its expected first token, is not a sample.
+  SluicePolicy whole({}, PoolKind::chat);
+  feed(whole, 2.5, 2.5, false);
+  EXPECT_EQ(calibrated(whole, ms(200)).first, 1.0);
   // Off: the model's ITL alone.
   SluiceParams off_params;
   off_params.itl_calibration = 0;
