@@ -116,6 +116,10 @@ struct DecodeSample {
   double kv_usage = 0;
   double prefilled = 0;
   bool streamed = false;
+  // Requests decoding there besides this gateway's own at the sample (its peers', and other
+  // clients': the fresh scrape's less what was the gateways'), as a ranking counts them: the batch
+  // the decode shared is decoding + others (SluicePolicy's ITL calibration).
+  double others = 0;
 };
 
 // A queue head's expected first token: `ms` after it became the head (< 0: the policy has no

@@ -217,6 +217,19 @@ DecodeSample PoolRouter::decode_sample(const Endpoint& ep, double tokens, double
   return d;
 }
 
+double PoolRouter::others_decoding(const Endpoint& ep, size_t index, Time now) const {
+  const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
+  EndpointLoad all = ep.load;
+  if (peer_) peer_->add_to(index, all);
+  double others = std::max(0.0, nonneg(all.in_flight - all.prefill_requests) - nonneg(ep.load.in_flight - ep.load.prefill_requests));
+  if (!is_stale(ep, now)) {  // as SluicePolicy::evaluate splits the scrape
+    const EngineSignals& s = ep.signals;
+    const double ext = std::max(0.0, s.waiting + s.running - nonneg(ep.load.in_flight_at_scrape));
+    others += ext - std::min(ext, std::max(0.0, s.waiting - nonneg(ep.load.prefill_requests_at_scrape)));
+  }
+  return others;
+}
+
 void PoolRouter::off_prefill_load(Endpoint& ep, int64_t tokens, double pairs, bool done) {
   ep.load.prefill_requests -= 1;
   ep.load.prefill_tokens -= tokens;
@@ -338,6 +351,7 @@ void PoolRouter::release(const DispatchGuard& g) {
     DecodeSample d = decode_sample(ep, static_cast<double>(g.streamed_ - 1), to_millis(g.stream_end_ - g.decode_since_));
     d.prefilled = std::max(0.0, ep.prefilled - g.prefilled_at_);
     d.streamed = true;
+    d.others = others_decoding(ep, g.endpoint_, g.stream_end_);
     policy_->on_decode_done(g.endpoint_, d, g.stream_end_);
   }
   auto& load = ep.load;

@@ -725,9 +725,10 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
   // expected first token, and a short answer after a cold prefill the model underrated read 2-2.7x
   // (the tool agent's first seconds, whole answers: requests shed at 30 req/s).
   if (params_.itl_calibration > 0 && s.streamed && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
+    // The batch as a ranking counts it: the others' contexts at the mean context (evaluate()).
     PrefillSample batch;
-    batch.decoding = s.decoding;
-    batch.kv_read = s.kv_read;
+    batch.decoding = s.decoding + std::max(0.0, s.others);
+    batch.kv_read = s.kv_read + std::max(0.0, s.others) * (mean_prompt_ + mean_output_ / 2);
     const double model = expected_itl_ms(endpoint, batch);
     if (model > 0) note_itl(endpoint, std::log(s.elapsed_ms / s.tokens / model), now);
   }

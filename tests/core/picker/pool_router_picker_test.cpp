@@ -144,6 +144,7 @@ TEST(PoolRouterPicker, AStreamedAnswersDecodeIsASampleOfTheEndpointsPace) {
   EXPECT_DOUBLE_EQ(d.prefilled, 500.0);  // b's
   EXPECT_DOUBLE_EQ(d.decoding, 2.0);     // a and b (a still counted at its end)
   EXPECT_DOUBLE_EQ(d.kv_read, 1041.0 + 501.0);
+  EXPECT_DOUBLE_EQ(d.others, 0.0);  // no scrape: no other decoders known
   // b ends without an end of stream (an upstream error, a client gone): no sample.
   gb.on_tokens(30);
   gb.release();
@@ -178,6 +179,27 @@ TEST(PoolRouterPicker, AStreamedAnswersDecodeIsASampleOfTheEndpointsPace) {
   EXPECT_DOUBLE_EQ(policy.decodes[1].tokens, 10.0);
   EXPECT_DOUBLE_EQ(policy.decodes[1].elapsed_ms, 100.0);
   EXPECT_DOUBLE_EQ(policy.decodes[1].prefilled, 0.0);
+  // A fresh scrape shows 3 more running than this gateway had in flight there (other clients'):
+  // they shared the decode's batch (DecodeSample::others); a stale one says nothing.
+  DispatchGuard go = r.dispatch(b, r.rank(b, ms(3000))[0], ms(3000));
+  go.on_first_token(ms(3010));
+  EngineSignals sig;
+  sig.running = 4;
+  sig.scraped_at = ms(3020);
+  r.update_signals(0, sig);  // this gateway's 1 in flight at the scrape
+  go.on_tokens(11);
+  go.on_stream_end(ms(3110));
+  go.release();
+  ASSERT_EQ(policy.decodes.size(), 3u);
+  EXPECT_DOUBLE_EQ(policy.decodes[2].others, 3.0);
+  EXPECT_DOUBLE_EQ(policy.decodes[2].decoding, 1.0);
+  DispatchGuard gs = r.dispatch(b, r.rank(b, ms(60000))[0], ms(60000));
+  gs.on_first_token(ms(60010));
+  gs.on_tokens(11);
+  gs.on_stream_end(ms(60110));
+  gs.release();
+  ASSERT_EQ(policy.decodes.size(), 4u);
+  EXPECT_DOUBLE_EQ(policy.decodes[3].others, 0.0);
 }
 
 // A whole answer (not streamed) shows no first token: it leaves the prefill queue when the policy
