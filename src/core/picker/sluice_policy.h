@@ -291,7 +291,9 @@
 //   The ITL calibration (itl_calibration 1, the default; 0: off): the ITL tested against the SLO is
 //   k_e x itl_ms (in every term that prices a lag, the SLO is itl_slo_ms / k_e), k_e what the
 //   endpoint's streams showed against the model: each complete stream is a sample x = log(its own
-//   ITL / expected_itl_ms of the batch it ended in, at the endpoint's pace), KV pressure included
+//   ITL / expected_itl_ms of the batch it ended in, at the endpoint's pace; the batch as a ranking
+//   counts it, the peers' and other clients' decoders at the mean context included,
+//   DecodeSample::others: with 4 gateway replicas each saw a quarter of it), KV pressure included
 //   (the pace leaves those samples out); k_e = exp(m - 2 se) in [1, 4], m = (w_e m_e + 8 m_pool) /
 //   (w_e + 8), m_e the endpoint's mean (~64 samples, decayed per sample), m_pool the pool's (~256,
 //   shrunk toward 0 by one), se the samples' spread (with a prior 0.25 counted as one more sample)
