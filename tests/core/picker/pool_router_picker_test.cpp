@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <functional>
 #include <map>
 
 #include "core/picker/policy_factory.h"
@@ -149,12 +150,18 @@ TEST(PoolRouterPicker, AStreamedAnswersDecodeIsASampleOfTheEndpointsPace) {
   gb.on_tokens(30);
   gb.release();
   EXPECT_EQ(policy.decodes.size(), 1u);
+  // A stream of b dispatched at `t` ms, its first token 10 ms later, `tokens` in all, ended 100 ms
+  // after its first token (`scrape`: called between its first token and its other tokens).
+  const auto stream = [&](int t, int64_t tokens, const std::function<void()>& scrape = {}) {
+    DispatchGuard g = r.dispatch(b, r.rank(b, ms(t))[0], ms(t));
+    g.on_first_token(ms(t + 10));
+    g.on_tokens(1);
+    if (scrape) scrape();
+    g.on_tokens(tokens - 1);
+    g.on_stream_end(ms(tokens > 1 ? t + 110 : t + 10));
+  };
   // One token only: no step between tokens to time.
-  DispatchGuard gc = r.dispatch(b, r.rank(b, ms(500))[0], ms(500));
-  gc.on_first_token(ms(520));
-  gc.on_tokens(1);
-  gc.on_stream_end(ms(520));
-  gc.release();
+  stream(500, 1);
   EXPECT_EQ(policy.decodes.size(), 1u);
   // Tokens before any first token at a known time: nothing to time them from.
   DispatchGuard ge = r.dispatch(b, r.rank(b, ms(600))[0], ms(600));
@@ -181,23 +188,16 @@ TEST(PoolRouterPicker, AStreamedAnswersDecodeIsASampleOfTheEndpointsPace) {
   EXPECT_DOUBLE_EQ(policy.decodes[1].prefilled, 0.0);
   // A fresh scrape shows 3 more running than this gateway had in flight there (other clients'):
   // they shared the decode's batch (DecodeSample::others); a stale one says nothing.
-  DispatchGuard go = r.dispatch(b, r.rank(b, ms(3000))[0], ms(3000));
-  go.on_first_token(ms(3010));
-  EngineSignals sig;
-  sig.running = 4;
-  sig.scraped_at = ms(3020);
-  r.update_signals(0, sig);  // this gateway's 1 in flight at the scrape
-  go.on_tokens(11);
-  go.on_stream_end(ms(3110));
-  go.release();
+  stream(3000, 11, [&] {
+    EngineSignals sig;
+    sig.running = 4;
+    sig.scraped_at = ms(3020);
+    r.update_signals(0, sig);  // this gateway's 1 in flight at the scrape
+  });
   ASSERT_EQ(policy.decodes.size(), 3u);
   EXPECT_DOUBLE_EQ(policy.decodes[2].others, 3.0);
   EXPECT_DOUBLE_EQ(policy.decodes[2].decoding, 1.0);
-  DispatchGuard gs = r.dispatch(b, r.rank(b, ms(60000))[0], ms(60000));
-  gs.on_first_token(ms(60010));
-  gs.on_tokens(11);
-  gs.on_stream_end(ms(60110));
-  gs.release();
+  stream(60000, 11);
   ASSERT_EQ(policy.decodes.size(), 4u);
   EXPECT_DOUBLE_EQ(policy.decodes[3].others, 0.0);
 }
