@@ -120,6 +120,9 @@ struct DecodeSample {
   // clients': the fresh scrape's less what was the gateways'), as a ranking counts them: the batch
   // the decode shared is decoding + others (SluicePolicy's ITL calibration).
   double others = 0;
+  // A whole answer's: the ms from its dispatch to the first token it was expected at (its decode is
+  // timed from there, so that estimate's error is in elapsed_ms).
+  double expected_first_ms = 0;
 };
 
 // A queue head's expected first token: `ms` after it became the head (< 0: the policy has no

@@ -177,7 +177,7 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   Endpoint& ep = endpoints_[chosen.endpoint];
   const bool head = ep.prefill_fifo.empty();
   // A whole answer's first token is never seen; an embedding's answer is its prefill.
-  ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding, g.decode_});
+  ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding, g.decode_, now});
   if (head) set_head(ep, now, true);
   last_now_ = std::max(last_now_, now);
   load.decode_tokens += g.decode_;
@@ -301,7 +301,7 @@ void PoolRouter::move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time
     ep.whole_counted_at = at;
     ep.whole_steps = 0;
   }
-  ep.whole_decoding.push_back({done.seq, std::max<int64_t>(0, done.decode), 0, at});
+  ep.whole_decoding.push_back({done.seq, std::max<int64_t>(0, done.decode), 0, at, std::max(0.0, to_millis(at - done.dispatched))});
 }
 
 void PoolRouter::count_whole_tokens(Endpoint& ep, Time now) {
@@ -326,9 +326,13 @@ void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq, Time now, int64_t toke
   auto& v = ep.whole_decoding;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].seq != seq) continue;
-    if (tokens >= 1 && now > v[i].since)
-      policy_->on_decode_done(static_cast<size_t>(&ep - endpoints_.data()),
-                              decode_sample(ep, static_cast<double>(tokens), to_millis(now - v[i].since)), now);
+    if (tokens >= 1 && now > v[i].since) {
+      const size_t index = static_cast<size_t>(&ep - endpoints_.data());
+      DecodeSample d = decode_sample(ep, static_cast<double>(tokens), to_millis(now - v[i].since));
+      d.expected_first_ms = v[i].first_ms;
+      d.others = others_decoding(ep, index, now);
+      policy_->on_decode_done(index, d, now);
+    }
     ep.load.decode_tokens += v[i].counted;
     ep.load.live_context_tokens -= v[i].counted;
     v[i] = v.back();

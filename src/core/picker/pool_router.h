@@ -190,6 +190,7 @@ class PoolRouter {
       double pairs;
       bool whole;  // PickRequest::whole_answer: its first token is never seen (advance_whole_answers)
       int64_t decode;  // its output bound (a whole answer's tokens are counted up to it)
+      Time dispatched;  // (a whole answer's expected first token is counted from it: DecodeSample::expected_first_ms)
     };
     std::deque<Pending> prefill_fifo;
     // The own prefill tokens done here so far (queue heads past their first token, whole answers
@@ -210,6 +211,7 @@ class PoolRouter {
       int64_t bound;    // its output bound
       int64_t counted;  // tokens moved from EndpointLoad::decode_tokens to live_context_tokens
       Time since;       // its expected first token
+      double first_ms;  // since its dispatch (DecodeSample::expected_first_ms)
     };
     std::vector<WholeDecoder> whole_decoding;
     Time whole_counted_at{};

@@ -719,18 +719,20 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
 // own (the model's misses differ from a prefill's and from each other's): the bins take what is
 // common.
 void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time now) {
-  // The ITL calibration's sample (header, the SLO): every complete stream, its own ITL against the
-  // model's for the batch it ended in (at the endpoint's pace), KV pressure included (its waits and
-  // preemptions are what the SLO test must see). Not a whole answer: its decode is timed from its
-  // expected first token, and a short answer after a cold prefill the model underrated read 2-2.7x
-  // (the tool agent's first seconds, whole answers: requests shed at 30 req/s).
-  if (params_.itl_calibration > 0 && s.streamed && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
+  // The ITL calibration's sample (header, the SLO): every complete stream, and a whole answer whose
+  // decode outlasts its first token's estimate, its own ITL against the model's for the batch it
+  // ended in (at the endpoint's pace), KV pressure included (its waits and preemptions are what the
+  // SLO test must see).
+  if (params_.itl_calibration > 0 && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
     // The batch as a ranking counts it: the others' contexts at the mean context (evaluate()).
     PrefillSample batch;
     batch.decoding = s.decoding + std::max(0.0, s.others);
     batch.kv_read = s.kv_read + std::max(0.0, s.others) * (mean_prompt_ + mean_output_ / 2);
     const double model = expected_itl_ms(endpoint, batch);
-    if (model > 0) note_itl(endpoint, std::log(s.elapsed_ms / s.tokens / model), now);
+    // A whole answer only where its decode is expected to last at least as long as the span its
+    // first token was estimated over (that estimate's error is in its elapsed_ms).
+    if (model > 0 && (s.streamed || s.tokens * model >= s.expected_first_ms))
+      note_itl(endpoint, std::log(s.elapsed_ms / s.tokens / model), now);
   }
   if (!(s.elapsed_ms >= 0) || !(s.tokens >= 1) || s.kv_usage >= params_.kv_risk_start) return;
   const double model =

@@ -290,7 +290,7 @@
 //   an endpoint it would push past the ITL SLO is one where it misses too.
 //   The ITL calibration (itl_calibration 1, the default; 0: off): the ITL tested against the SLO is
 //   k_e x itl_ms (in every term that prices a lag, the SLO is itl_slo_ms / k_e), k_e what the
-//   endpoint's streams showed against the model: each complete stream is a sample x = log(its own
+//   endpoint's decodes showed against the model: each complete stream is a sample x = log(its own
 //   ITL / expected_itl_ms of the batch it ended in, at the endpoint's pace; the batch as a ranking
 //   counts it, the peers' and other clients' decoders at the mean context included,
 //   DecodeSample::others: with 4 gateway replicas each saw a quarter of it), KV pressure included
@@ -298,11 +298,13 @@
 //   (w_e + 8), m_e the endpoint's mean (~64 samples, decayed per sample), m_pool the pool's (~256,
 //   shrunk toward 0 by one), se the samples' spread (with a prior 0.25 counted as one more sample)
 //   over sqrt(w_e + 8), each weight its count faded with a 10 s time constant since its last sample
-//   (what the model misses of an ITL is mostly load, and follows it). Not whole answers: a whole
-//   answer's decode is timed from its expected first token, and after a cold prefill the model
-//   underrated a short answer read 2-2.7x (the tool agent's first seconds: requests shed at 30
-//   req/s); so where no client streams the calibration stays 1 (mixed-whole-kvp8 still collapses
-//   past capacity). Against the
+//   (what the model misses of an ITL is mostly load, and follows it). A whole answer's decode is
+//   timed from its expected first token, so that estimate's error is in it: it is a sample only
+//   where its decode is expected to last at least as long as the span from its dispatch to that
+//   first token (DecodeSample::expected_first_ms). Every whole answer counted, a short one after a
+//   cold prefill the model underrated read 2-2.7x and the tool agent shed requests at 30 req/s;
+//   none counted, the mixed fleet under KV pressure with no client streaming still collapsed
+//   (mixed-whole-kvp8 at 75 req/s: 3.0-4.4; 39.0-39.3 with the rule). Against the
 //   batch it ended in, not the ITL expected at its dispatch: that one also holds what the batch did
 //   after the dispatch (the pick's lowest estimate of many regressing to the mean, a batch that
 //   grew), which shed 2 already weighs; calibrated by it, the hot prefix at 32 replicas, 640-800

@@ -251,6 +251,7 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   ASSERT_EQ(policy.decodes.size(), 1u);
   EXPECT_DOUBLE_EQ(policy.decodes[0].tokens, 40.0);
   EXPECT_DOUBLE_EQ(policy.decodes[0].elapsed_ms, 790.0);
+  EXPECT_DOUBLE_EQ(policy.decodes[0].expected_first_ms, 100.0);  // dispatched at 10, expected at 110
   EXPECT_DOUBLE_EQ(policy.decodes[0].decoding, 2.0);
   const EndpointLoad answered = load(ms(900));
   EXPECT_EQ(answered.prefill_requests, 0);

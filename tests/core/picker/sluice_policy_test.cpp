@@ -305,7 +305,8 @@ TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
 // model: endpoint 0 is tested at ~1.52x (its mean shrunk toward the pool's, less two standard
 // errors), past the SLO, and the request goes to endpoint 1 (a tie before). An endpoint without
 // samples of its own takes the pool's; decodes faster than the model never lower it under the
-// model's; old samples fade out; whole answers are not samples; 0 turns it off. Without it, on a half-slow fleet under KV pressure
+// model's; old samples fade out; a whole answer only where its decode outlasts the span its first
+// token was estimated over; 0 turns it off. Without it, on a half-slow fleet under KV pressure
 // past its capacity, the model read ~41 ms where streams saw 55-100 and sluice admitted what then
 // missed (FleetSim.TheItlCalibrationHoldsAMixedFleetUnderKvPressureAtItsCapacity).
 TEST(SluicePolicy, TheItlTestedAgainstTheSloIsWhatDecodesShowed) {
@@ -334,9 +335,10 @@ TEST(SluicePolicy, TheItlTestedAgainstTheSloIsWhatDecodesShowed) {
   EXPECT_EQ(term_of(ex, 0, "itl_calibration"), 1.0);
   // 200 streams on each endpoint, alternately, 100 tokens beside the batch: endpoint 0's at `r0`
   // times the model's ITL for that batch, 1's at `r1`.
-  const auto feed = [&](SluicePolicy& q, double r0, double r1, bool streamed = true) {
+  const auto feed = [&](SluicePolicy& q, double r0, double r1, bool streamed = true, double first_ms = 0) {
     DecodeSample d;
     d.streamed = streamed;
+    d.expected_first_ms = first_ms;
     d.tokens = 100;
     d.decoding = 60;
     d.kv_read = 60 * 9000;
@@ -377,10 +379,13 @@ TEST(SluicePolicy, TheItlTestedAgainstTheSloIsWhatDecodesShowed) {
   std::tie(c0, c1) = calibrated(fast, ms(200));
   EXPECT_EQ(c0, 1.0);
   EXPECT_EQ(c1, 1.0);
-  // A whole answer's decode, timed from its expected first token, is not a sample.
+  // A whole answer's decode is timed from its expected first token: a sample only where the decode
+  // is expected to last at least as long as that estimate's span (100 tokens at ~35 ms: 3.5 s).
   SluicePolicy whole({}, PoolKind::chat);
-  feed(whole, 2.5, 2.5, false);
+  feed(whole, 1.6, 1.6, false, 5000);
   EXPECT_EQ(calibrated(whole, ms(200)).first, 1.0);
+  feed(whole, 1.6, 1.6, false, 2000);
+  EXPECT_NEAR(calibrated(whole, ms(200)).first, 1.6, 0.1);
   // Off: the model's ITL alone.
   SluiceParams off_params;
   off_params.itl_calibration = 0;
