@@ -8,6 +8,7 @@
 
 #include "core/picker/peer_report.h"
 #include "core/picker/prefix_tracker.h"
+#include "core/picker/scorers/load_estimate.h"
 
 namespace sluice {
 
@@ -206,7 +207,7 @@ PrefillSample PoolRouter::own_batch(const Endpoint& ep) {
   return b;
 }
 
-DecodeSample PoolRouter::decode_sample(const Endpoint& ep, double tokens, double elapsed_ms) {
+DecodeSample PoolRouter::decode_sample(const Endpoint& ep, double tokens, double elapsed_ms, Time now) const {
   const PrefillSample b = own_batch(ep);
   DecodeSample d;
   d.tokens = tokens;
@@ -214,20 +215,13 @@ DecodeSample PoolRouter::decode_sample(const Endpoint& ep, double tokens, double
   d.decoding = b.decoding;
   d.kv_read = b.kv_read;
   d.kv_usage = b.kv_usage;
-  return d;
-}
-
-double PoolRouter::others_decoding(const Endpoint& ep, size_t index, Time now) const {
+  // The others: the peers' decoders (peer_load) and the fresh scrape's running requests no gateway sent.
   const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
   EndpointLoad all = ep.load;
-  if (peer_) peer_->add_to(index, all);
-  double others = std::max(0.0, nonneg(all.in_flight - all.prefill_requests) - nonneg(ep.load.in_flight - ep.load.prefill_requests));
-  if (!is_stale(ep, now)) {  // as SluicePolicy::evaluate splits the scrape
-    const EngineSignals& s = ep.signals;
-    const double ext = std::max(0.0, s.waiting + s.running - nonneg(ep.load.in_flight_at_scrape));
-    others += ext - std::min(ext, std::max(0.0, s.waiting - nonneg(ep.load.prefill_requests_at_scrape)));
-  }
-  return others;
+  if (peer_) peer_->add_to(static_cast<size_t>(&ep - endpoints_.data()), all);
+  d.others = std::max(0.0, nonneg(all.in_flight - all.prefill_requests) - b.decoding);
+  if (!is_stale(ep, now)) d.others += external_load(ep.signals, ep.load).running;
+  return d;
 }
 
 void PoolRouter::off_prefill_load(Endpoint& ep, int64_t tokens, double pairs, bool done) {
@@ -327,11 +321,9 @@ void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq, Time now, int64_t toke
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].seq != seq) continue;
     if (tokens >= 1 && now > v[i].since) {
-      const size_t index = static_cast<size_t>(&ep - endpoints_.data());
-      DecodeSample d = decode_sample(ep, static_cast<double>(tokens), to_millis(now - v[i].since));
+      DecodeSample d = decode_sample(ep, static_cast<double>(tokens), to_millis(now - v[i].since), now);
       d.expected_first_ms = v[i].first_ms;
-      d.others = others_decoding(ep, index, now);
-      policy_->on_decode_done(index, d, now);
+      policy_->on_decode_done(static_cast<size_t>(&ep - endpoints_.data()), d, now);
     }
     ep.load.decode_tokens += v[i].counted;
     ep.load.live_context_tokens -= v[i].counted;
@@ -352,10 +344,10 @@ void PoolRouter::release(const DispatchGuard& g) {
   // A streamed decode that ended complete: from its first token to its last, its tokens after the
   // first (one per step) beside the batch as it is now, and the own prefill its steps carried.
   if (decoding && g.decode_since_ != Time::min() && g.stream_end_ > g.decode_since_ && g.streamed_ >= 2) {
-    DecodeSample d = decode_sample(ep, static_cast<double>(g.streamed_ - 1), to_millis(g.stream_end_ - g.decode_since_));
+    DecodeSample d =
+        decode_sample(ep, static_cast<double>(g.streamed_ - 1), to_millis(g.stream_end_ - g.decode_since_), g.stream_end_);
     d.prefilled = std::max(0.0, ep.prefilled - g.prefilled_at_);
     d.streamed = true;
-    d.others = others_decoding(ep, g.endpoint_, g.stream_end_);
     policy_->on_decode_done(g.endpoint_, d, g.stream_end_);
   }
   auto& load = ep.load;

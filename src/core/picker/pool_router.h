@@ -233,12 +233,9 @@ class PoolRouter {
   // The endpoint's own load as a sample's batch: its own decoders, the KV they read, and the KV
   // usage last scraped (mu_ held).
   static PrefillSample own_batch(const Endpoint& ep);
-  // A decode of `tokens` tokens that took `elapsed_ms`, beside the endpoint's own batch as it is
-  // now (own_batch; mu_ held).
-  static DecodeSample decode_sample(const Endpoint& ep, double tokens, double elapsed_ms);
-  // DecodeSample::others of endpoint `index` at `now`: the peers' decoders (peer_load) and the
-  // fresh scrape's running requests that no gateway sent.
-  double others_decoding(const Endpoint& ep, size_t index, Time now) const;
+  // A decode of `tokens` tokens that took `elapsed_ms`, ending at `now`, beside the endpoint's own
+  // batch as it is now (own_batch) and the others decoding there (DecodeSample::others; mu_ held).
+  DecodeSample decode_sample(const Endpoint& ep, double tokens, double elapsed_ms, Time now) const;
   // A request's prefill off its endpoint's load: `done` (past its first token, or a whole answer
   // moved on: Endpoint::prefilled counts it) or not (it ended while queued). mu_ held.
   static void off_prefill_load(Endpoint& ep, int64_t tokens, double pairs, bool done);

@@ -462,15 +462,10 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
     const double own_queued = nonneg(l.prefill_requests);
     const double own_decoding = nonneg(l.in_flight - l.prefill_requests);
-    // Other clients' requests: what the scrape saw less what was ours when it was taken
-    // (EndpointLoad::in_flight_at_scrape). The engine counts a request in its prefill step as running,
-    // so the total is split with the waiting share as a lower bound.
-    double ext_waiting = 0.0, ext_running = 0.0;
-    if (est.fresh) {
-      const double ext = std::max(0.0, v.signals->waiting + v.signals->running - nonneg(l.in_flight_at_scrape));
-      ext_waiting = std::min(ext, std::max(0.0, v.signals->waiting - nonneg(l.prefill_requests_at_scrape)));
-      ext_running = ext - ext_waiting;
-    }
+    // Other clients' requests, from a fresh scrape (external_load: what it saw less what was the
+    // gateways' when it was taken).
+    const ExternalLoad ext = est.fresh ? external_load(*v.signals, l) : ExternalLoad{};
+    const double ext_waiting = ext.waiting, ext_running = ext.running;
     SluiceInputs local;
     SluiceInputs& in = kFull ? e.in : local;
     in.input = input;
@@ -832,16 +827,8 @@ double SluicePolicy::expected_itl_ms(size_t endpoint, const PrefillSample& batch
 void SluicePolicy::note_itl(size_t endpoint, double x, Time now) {
   x = std::clamp(x, -2.0, 2.0);  // a stream 7x off its expectation is not the model's miss
   if (itl_calib_.size() <= endpoint) itl_calib_.resize(endpoint + 1);
-  ItlCalibration& c = itl_calib_[endpoint];
-  c.w = c.w * kPaceKeep + 1;
-  c.s = c.s * kPaceKeep + x;
-  c.q = c.q * kPaceKeep + x * x;
-  c.last = now;
-  ItlCalibration& pool = itl_calib_pool_;
-  pool.w = pool.w * kItlPoolKeep + 1;
-  pool.s = pool.s * kItlPoolKeep + x;
-  pool.q = pool.q * kItlPoolKeep + x * x;
-  pool.last = now;
+  itl_calib_[endpoint].add(x, kPaceKeep, now);
+  itl_calib_pool_.add(x, kItlPoolKeep, now);
 }
 
 // Every endpoint's factor (at most every 100 ms, with the pace's refresh): its mean shrunk toward
@@ -851,11 +838,9 @@ void SluicePolicy::note_itl(size_t endpoint, double x, Time now) {
 void SluicePolicy::refresh_itl_calibration(Time now) {
   if (itl_calib_.empty()) return;
   const auto faded = [&](const ItlCalibration& c) { return c.w * std::exp(-std::max(0.0, to_millis(now - c.last)) / kItlFadeMs); };
-  // The samples' variance about their mean, with a prior 0.25 (a ratio's +-50%) counted as one
-  // more sample (as the pace's): a few alike samples are not a tight estimate.
+  // The samples' variance about their mean, with the prior (as the pace's).
   const auto spread = [](const ItlCalibration& c) {
-    const double var = c.w > 0 ? std::max(0.0, c.q / c.w - (c.s / c.w) * (c.s / c.w)) : 0.0;
-    return (c.w * var + 0.25) / (c.w + 1);
+    return with_prior_variance(c.w, c.w > 0 ? std::max(0.0, c.q / c.w - (c.s / c.w) * (c.s / c.w)) : 0.0);
   };
   const ItlCalibration& pool = itl_calib_pool_;
   const double wp = faded(pool);
@@ -892,7 +877,7 @@ void SluicePolicy::pace_bounds(Pace& q, Time now) const {
     n += k.n;
   }
   const double w = q.samples * std::exp(-std::max(0.0, to_millis(now - q.last)) / kPaceFadeMs);
-  const double var = (w * std::max(0.0, square / std::max(n, 1e-9)) + 0.25) / (w + 1);
+  const double var = with_prior_variance(w, std::max(0.0, square / std::max(n, 1e-9)));
   q.se = std::sqrt(var / std::max(w, 1e-9));
 }
 
@@ -939,13 +924,14 @@ void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_o
   if (a.c0_ms != b.c0_ms || a.w_ms != b.w_ms || a.beta_ms != b.beta_ms || a.delta_ms != b.delta_ms ||
       a.gamma_ms != b.gamma_ms || a.eps_ms != b.eps_ms || a.chunk_tokens != b.chunk_tokens)
     return;
-  pace_.assign(old_of_new.size(), Pace{});
-  for (size_t i = 0; i < old_of_new.size(); ++i)
-    if (old_of_new[i] >= 0 && static_cast<size_t>(old_of_new[i]) < o->pace_.size()) pace_[i] = o->pace_[static_cast<size_t>(old_of_new[i])];
-  itl_calib_.assign(old_of_new.size(), ItlCalibration{});
-  for (size_t i = 0; i < old_of_new.size(); ++i)
-    if (old_of_new[i] >= 0 && static_cast<size_t>(old_of_new[i]) < o->itl_calib_.size())
-      itl_calib_[i] = o->itl_calib_[static_cast<size_t>(old_of_new[i])];
+  // Each kept endpoint's entry, by its index in the old pool (a new endpoint's: none yet).
+  const auto carry = [&](auto& mine, const auto& theirs) {
+    mine.assign(old_of_new.size(), {});
+    for (size_t i = 0; i < old_of_new.size(); ++i)
+      if (old_of_new[i] >= 0 && static_cast<size_t>(old_of_new[i]) < theirs.size()) mine[i] = theirs[static_cast<size_t>(old_of_new[i])];
+  };
+  carry(pace_, o->pace_);
+  carry(itl_calib_, o->itl_calib_);
   itl_calib_pool_ = o->itl_calib_pool_;
   itl_pool_factor_ = o->itl_pool_factor_;
   bin_effect_ = o->bin_effect_;

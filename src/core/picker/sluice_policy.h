@@ -609,6 +609,9 @@ class SluicePolicy : public Policy {
   };
   FastestPace pace_fastest_;
   void pace_bounds(Pace& q, Time now) const;
+  // The variance `var` of w samples with a prior 0.25 (a ratio's +-50%) counted as one more sample:
+  // a few alike samples are not a tight estimate (the pace's and the ITL calibration's).
+  static double with_prior_variance(double w, double var) { return (w * var + 0.25) / (w + 1); }
   std::vector<Pace> pace_;
   std::array<double, kPaceCells> bin_effect_{};  // m_b
   uint64_t pace_bins_used_ = 0;  // the cells any endpoint has a sample in (bit b: cell b)
@@ -630,6 +633,12 @@ class SluicePolicy : public Policy {
     double w = 0, s = 0, q = 0;  // decayed count, sum of x, sum of x^2
     Time last{};
     double factor = 1.0;
+    void add(double x, double keep, Time now) {
+      w = w * keep + 1;
+      s = s * keep + x;
+      q = q * keep + x * x;
+      last = now;
+    }
   };
   static constexpr double kItlPoolKeep = 1.0 - 1.0 / 256;
   // What the model misses of an ITL is mostly load (a full KV's waits, a burst's prefills) and
