@@ -37,6 +37,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.mean_prompt_tokens = p.get("mean_prompt_tokens", s.mean_prompt_tokens);
   s.max_prefix_blocks = std::max(1.0, p.get("max_prefix_blocks", s.max_prefix_blocks));
   s.itl_calibration = p.get("itl_calibration", s.itl_calibration);
+  s.lost_causes = p.get("lost_causes", s.lost_causes);
   s.shed = p.get("shed", s.shed);
   return s;
 }
@@ -424,6 +425,24 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     last_continues_ = ends_.extends(last_key_, req.text, deepest, prefix_.block_chars());
     if (deepest > 0 && holders < endpoints.size() && last_key_ != 0 && output > 0) demand = demand_.rate(last_key_, now);
   }
+  // A lost cause (header, the SLO): alone on the endpoint holding its longest cached prefix, at the
+  // fastest pace, its first token would come after the TTFT SLO; its TTFT is then tested against that
+  // time plus the SLO (the load may delay it by as much as the SLO), not against the SLO it never meets.
+  bool lost = false;
+  SluiceInputs lost_alone;
+  if (!embed) {
+    double best_cached = 0;
+    if (oracle) {
+      for (const EndpointView& v : endpoints)
+        best_cached = std::max(best_cached, static_cast<double>(std::clamp<int64_t>(oracle_(v.index, req), 0, req.input_tokens)));
+    } else if (deepest > 0) {
+      best_cached = static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens));
+    }
+    lost_alone.input = input;
+    lost_alone.output = output;
+    lost_alone.cached = best_cached;
+    lost = p.lost_causes > 0 && ttft_of(p, lost_alone, std::max(0.0, input - best_cached), 0.0, 0.0) > p.ttft_slo_ms;
+  }
   const double followups = sluice_followups(continuation_);
   const double warm_cached = demand > 0 ? static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens)) : 0.0;
   // A miss's price (header, the SLO): miss_price x the request's latency budget.
@@ -515,7 +534,13 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     BatchLag batch;
     SluiceCost cost = embed ? cost_and_itl<false>(pe, in, factors, nullptr, batch)
                             : cost_and_itl<true>(pe, in, factors, &itl, batch);
-    const bool meets_slo = cost.ttft_ms <= p.ttft_slo_ms && (in.output <= 1 || itl <= pe.itl_slo_ms);
+    // A lost cause's targets here: its TTFT and ITL alone at this endpoint's pace, plus the SLO's.
+    double ttft_target_ms = p.ttft_slo_ms, itl_target_ms = pe.itl_slo_ms;
+    if (lost) [[unlikely]] {
+      ttft_target_ms += ttft_of(pe, lost_alone, std::max(0.0, input - lost_alone.cached), 0.0, 0.0);
+      if (!embed) itl_target_ms += sluice_itl_ms(pe, lost_alone);
+    }
+    const bool meets_slo = cost.ttft_ms <= ttft_target_ms && (in.output <= 1 || itl <= itl_target_ms);
     // Where it misses, the miss price stands for the request: its own decode lag, and its later
     // turns' (which follow it here), are not charged on top (header, the SLO).
     if (!meets_slo && p.miss_price > 0 && p.decode_price >= 1) [[unlikely]] {
@@ -535,7 +560,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       const double sd = batch.itl.sd_ms;
       const double after = sluice_excess_probability(itl, sd, pe.itl_slo_ms);
       const double before = sluice_excess_probability(batch.itl.mean_ms, sd, pe.itl_slo_ms);
-      serves = 1.0 - after > (in.decoding + in.queued) * std::max(0.0, after - before);
+      const double own = lost ? sluice_excess_probability(itl, sd, itl_target_ms) : after;
+      serves = 1.0 - own > (in.decoding + in.queued) * std::max(0.0, after - before);
     }
     any_meets |= serves;
     most_cached = std::max(most_cached, in.cached);
@@ -545,9 +571,9 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       // its decoders' remaining outputs spread over [0, 2 R / B] tokens of itl ms each. (Met but not
       // served, shed 2: as soon as the batch moves.) Read below only when no endpoint serves it, so
       // every endpoint's is then fresh.
-      double wait = std::max(0.0, cost.ttft_ms - p.ttft_slo_ms);
-      if (!embed && in.output > 1 && itl > pe.itl_slo_ms)
-        wait = std::max(wait, (1.0 - pe.itl_slo_ms / itl) * 2.0 * in.remaining / std::max(1.0, in.decoding + in.queued) * itl);
+      double wait = std::max(0.0, cost.ttft_ms - ttft_target_ms);
+      if (!embed && in.output > 1 && itl > itl_target_ms)
+        wait = std::max(wait, (1.0 - itl_target_ms / itl) * 2.0 * in.remaining / std::max(1.0, in.decoding + in.queued) * itl);
       e.meets_in_ms = meets_slo ? 0.0 : wait;
     }
     e.total = cost.total();
@@ -593,7 +619,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     // that the streams' calibration puts past the SLO alone on the least calibrated endpoint (after
     // a burst whose streams ran slow, an idle pool is not the load that makes it miss).
     shed_alone_ms_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0);
-    shed_advice_ = shed_alone_ms_ <= p.ttft_slo_ms && (output <= 1 || sluice_itl_ms(p, alone) * least_calib <= p.itl_slo_ms);
+    // A lost cause alone meets its own targets, which are its times alone plus the SLO's.
+    shed_advice_ = lost || (shed_alone_ms_ <= p.ttft_slo_ms && (output <= 1 || sluice_itl_ms(p, alone) * least_calib <= p.itl_slo_ms));
   }
   // phi for the decisions after this request's dispatch (on_dispatch): the pool's mean batch ITL over
   // the ITL SLO. However often a request is ranked (explain_json ranks it once more), every ranking

@@ -288,6 +288,20 @@
 //            own queue and batch (Q, B, K) are exact and stay per endpoint.
 //   it misses when itl_ms > itl_slo_ms or ttft_ms > ttft_slo_ms. The same step time is the batch's:
 //   an endpoint it would push past the ITL SLO is one where it misses too.
+//   Lost causes (lost_causes 1, the default; 0: off): a request whose first token would come after
+//   ttft_slo_ms even alone, on the endpoint holding its longest cached prefix at the fastest pace (a
+//   50k-100k-token document: 4-10 s of prefill), misses the SLO everywhere whatever the load; it is
+//   tested instead against its own times alone at each endpoint's pace (ttft_of and sluice_itl_ms
+//   with no queue and no batch) plus the SLO's: the load may delay it by as much as the SLO lets
+//   the load delay any request. Shed 2 weighs its chance of meeting that ITL target against the
+//   batch's expected new misses of the SLO itself, and where no endpoint serves it, it is shed as
+//   any request is (alone it meets its targets by their definition, so the load is why). Before,
+//   such a request was never shed ("its lateness is its own"): past the pool's capacity the
+//   documents of a cost mix (1% of requests, most of the GPU time) kept being admitted, queued
+//   behind each other for minutes, and the chats they crowded out were shed instead (mixed fleet,
+//   8 replicas, seed 47, 100 req/s: 164 chats shed, goodput 12.4 of a peak 31.9, the documents'
+//   TTFT p90 83 s; with it 15 of 38 documents shed and no chat, goodput 49.6, their TTFT p90 18 s;
+//   bench/results/README.md, round 39).
 //   The ITL calibration (itl_calibration 1, the default; 0: off): the ITL tested against the SLO is
 //   k_e x itl_ms (in every term that prices a lag, the SLO is itl_slo_ms / k_e), k_e what the
 //   endpoint's decodes showed against the model: each complete stream is a sample x = log(its own
@@ -320,7 +334,7 @@
 // Shedding (shed 1; the default, 2, below adds to it): when the request would miss its SLO on every endpoint, and on an
 // idle endpoint holding its longest cached prefix it would meet the SLO (its prefill alone, ttft_of
 // with no queue and no batch, <= ttft_slo_ms, and its ITL alone <= itl_slo_ms: an SLO no engine step
-// can meet sheds nothing), the load is what makes it miss: the first
+// can meet sheds nothing; a lost cause, above, meets its own targets alone), the load is what makes it miss: the first
 // candidate carries Candidate::shed and the drivers refuse the request (429 over_slo, a jittered
 // Retry-After; shed_advised in policy.h: never a request of positive priority). The Retry-After's
 // base (Candidate::retry_after_ms, shed_retry_base in policy.h) is when the request would meet the
@@ -341,7 +355,7 @@
 // 98, TTFT p90 1.16 s; with the estimate 114 and 104 ms; bench/results/README.md, round 24). Served, it would
 // be late anyway and would slow the requests that can still make it; refused, the pool stays at
 // the rate it can serve within the SLO, and the client comes back when told. A request too long to
-// meet the SLO even alone is never shed (its lateness is its own, not the pool's). No threshold:
+// meet the SLO even alone is held to its own times alone plus the SLO's (lost causes, above). No threshold:
 // the SLO is the one above. Past the pool's capacity every policy misses for most requests, and the
 // one that keeps some replicas fast by starving others (llmd_default) kept ~half in the SLO where
 // sluice, spreading the overload evenly, kept 3-28%; shed, sluice keeps the pool at its capacity
@@ -373,7 +387,7 @@
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
 // priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier),
 // shed 2 (shedding, above; 1: only where the request itself misses; 0: off), itl_calibration 1 (the SLO,
-// above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// above; 0: off), lost_causes 1 (the SLO, above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -406,6 +420,7 @@ struct SluiceParams {
   double default_output_tokens = 256;
   double mean_prompt_tokens = 512;
   double max_prefix_blocks = 8192;
+  double lost_causes = 1;         // 1: a request that misses the TTFT SLO alone is tested against that time plus the SLO (the SLO, above); 0: off
   double itl_calibration = 1;     // 1: the ITL tested against the SLO is calibrated by what streams showed (the SLO, above); 0: off
   double shed = 2;                // refuse requests that would miss the SLO everywhere because of load, or where
                                   // admitting costs the batch more than it gains (1: only the former; 0: off)

@@ -1091,23 +1091,68 @@ TEST(SluiceShed, EveryBatchPastTheItlPaceSheds) {
   EXPECT_FALSE(testing::rank(p, pool, testing::chat(t, 1000))[0].shed);
 }
 
-// A request that would miss the TTFT SLO even alone on an idle endpoint (60,000 uncached tokens:
-// ~1.3 s of prefill) is late by its own size, not the pool's load: never shed, however loaded.
-// Its cached prefix counts: cached on an endpoint, the same prompt meets the SLO alone and is shed.
-TEST(SluiceShed, ARequestTooLongToMeetTheSloAloneIsNeverShed) {
-  SluicePolicy p({}, PoolKind::chat);
-  FakePool pool(2);
+// A lost cause (sluice_policy.h, the SLO): a request that would miss the TTFT SLO even alone on an
+// idle endpoint (60,000 uncached tokens: ~4 s of prefill, its attention included) is held to its own time alone plus the
+// SLO (the load may delay it by as much as the SLO delays any request), in TTFT and in ITL, and is
+// shed like any other where the load makes it miss that: with lost_causes 0 it misses the SLO
+// everywhere and is never shed, however loaded (its lateness read as its own). Its cached prefix
+// counts: cached on an endpoint, the same prompt meets the SLO alone and is no lost cause.
+TEST(SluiceShed, ARequestTooLongToMeetTheSloAloneIsHeldToItsTimeAlonePlusTheSlo) {
   std::string t = prompt('l', 240000);
-  PickRequest req = testing::chat(t, 60000, 100);
-  for (auto& l : pool.loads) l.prefill_tokens = 60000, l.prefill_requests = 30, l.in_flight = 30;
-  auto c = testing::rank(p, pool, req);
-  ASSERT_EQ(c.size(), 2u);
-  EXPECT_FALSE(c[0].shed);
-  // Its prefix learned on endpoint 1: alone there it needs only the tail's prefill.
-  p.on_dispatch(req, 1, Time{});
-  c = testing::rank(p, pool, req);
-  EXPECT_GT(c[0].predicted_cached_tokens + c[1].predicted_cached_tokens, 50000);
-  EXPECT_TRUE(c[0].shed);
+  // A long answer: its prefill's stall spread over 1,000 tokens leaves the batch it joins under the
+  // pace (over 100, the one request queued there would be pushed past it, and shed 2 would weigh that).
+  PickRequest req = testing::chat(t, 60000, 1000);
+  auto run = [&](const SluiceParams& params, int64_t queued_tokens, bool idle_second) {
+    SluicePolicy p(params, PoolKind::chat);
+    FakePool pool(2);
+    // The queue ahead is one long prompt (30 queued short ones would join the batch its prefill
+    // stalls, and shed 2 weighs their expected misses: ShedTwoWeighsTheBatchsExpectedMisses).
+    for (auto& l : pool.loads) l.prefill_tokens = queued_tokens, l.prefill_requests = 1, l.in_flight = 1;
+    if (idle_second) pool.loads[1] = EndpointLoad{};
+    std::vector<Explanation> ex;
+    auto v = pool.views();
+    p.explain(req, v, Time{}, ex);
+    std::map<std::string_view, double> first;
+    for (auto& x : ex[0].terms) first[x.name] = x.value;
+    const auto c = testing::rank(p, pool, req);
+    return std::make_tuple(c, first, ex[0].endpoint);
+  };
+  SluiceParams off;
+  off.lost_causes = 0;
+  EXPECT_EQ(SluiceParams{}.lost_causes, 1);
+  // 60,000 tokens queued ahead everywhere (~1.3 s, and its attention): past its time alone plus the SLO: shed, and told
+  // to come back when that queue has drained to it; without lost causes, never shed.
+  const auto [loaded, loaded_terms, loaded_at] = run(SluiceParams{}, 60000, false);
+  EXPECT_TRUE(loaded[0].shed);
+  EXPECT_EQ(loaded_terms.at("meets_slo"), 0);
+  EXPECT_GT(loaded[0].retry_after_ms, 100);
+  EXPECT_LT(loaded[0].retry_after_ms, 1000);  // ~1.3 s of queue less the SLO's 1 s
+  EXPECT_FALSE(std::get<0>(run(off, 60000, false))[0].shed);
+  // 20,000 tokens ahead (~0.45 s): within its time alone plus the SLO: served, and it meets its
+  // target there, where without lost causes it misses the SLO (alone it takes ~4 s).
+  const auto [light, light_terms, light_at] = run(SluiceParams{}, 20000, false);
+  EXPECT_FALSE(light[0].shed);
+  EXPECT_GT(light_terms.at("ttft_ms"), 1000);
+  EXPECT_EQ(light_terms.at("meets_slo"), 1);
+  EXPECT_EQ(std::get<1>(run(off, 20000, false)).at("meets_slo"), 0);
+  // An idle endpoint serves it at once.
+  const auto [idle, idle_terms, idle_at] = run(SluiceParams{}, 60000, true);
+  EXPECT_FALSE(idle[0].shed);
+  EXPECT_EQ(idle[0].endpoint, 1u);
+  // Its prefix learned on endpoint 1: alone there it needs only the tail's prefill, no lost cause,
+  // and the loaded pool sheds it by the SLO itself (with lost causes off too).
+  for (const SluiceParams& params : {SluiceParams{}, off}) {
+    SluicePolicy p(params, PoolKind::chat);
+    FakePool pool(2);
+    for (auto& l : pool.loads) l.prefill_tokens = 60000, l.prefill_requests = 30, l.in_flight = 30;
+    p.on_dispatch(req, 1, Time{});
+    const auto c = testing::rank(p, pool, req);
+    EXPECT_GT(c[0].predicted_cached_tokens + c[1].predicted_cached_tokens, 50000);
+    EXPECT_TRUE(c[0].shed);
+  }
+  // The parameter by name, as a pool's policy_params give it.
+  PolicyParams named(std::map<std::string, double>{{"lost_causes", 0.0}});
+  EXPECT_EQ(SluiceParams::from(named).lost_causes, 0);
 }
 
 // shed 2 (the default): a batch just under the ITL pace, where the request itself would still meet
