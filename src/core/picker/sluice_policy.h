@@ -300,7 +300,7 @@
 //   documents of a cost mix (1% of requests, most of the GPU time) kept being admitted, queued
 //   behind each other for minutes, and the chats they crowded out were shed instead (mixed fleet,
 //   8 replicas, seed 47, 100 req/s: 164 chats shed, goodput 12.4 of a peak 31.9, the documents'
-//   TTFT p90 83 s; with it 15 of 38 documents shed and no chat, goodput 49.6, their TTFT p90 18 s;
+//   TTFT p90 83 s; with it 15 of 38 documents shed and no chat, goodput 39.8 (its peak 60.9 at 80 req/s), their TTFT p90 18 s;
 //   bench/results/README.md, round 39).
 //   The ITL calibration (itl_calibration 1, the default; 0: off): the ITL tested against the SLO is
 //   k_e x itl_ms (in every term that prices a lag, the SLO is itl_slo_ms / k_e), k_e what the
