@@ -74,6 +74,13 @@ def check_real_metrics(promtool, sluice):
         print(f"hot prefix rank 1: {rps} requests/s on {holders} holders")
         if rps is None or rps <= 0 or holders is None or not 1 <= holders <= 2:
             out.append(f"sluice_hot_prefix_* rank 1 after a shared-prompt load: {rps} requests/s, {holders} holders")
+        # Each replica's learned speed, the sluice policy's (1 for replicas as fast as the fastest;
+        # the calibration never under 1).
+        for name in ("sluice_endpoint_pace_ratio", "sluice_endpoint_itl_calibration_ratio"):
+            values = [float(v) for v in re.findall(r'^' + name + r'\{pool="chat",endpoint="[^"]+"\} (\S+)$', text, re.M)]
+            print(f"{name}: {values}")
+            if len(values) != 2 or not all(1.0 <= v <= 4.0 for v in values):
+                out.append(f"{name} per replica after the load: {values} (two values in [1, 4] expected)")
         return out
     finally:
         stop.set()

@@ -174,6 +174,10 @@ class Policy {
   // The n prefixes most asked for at `now`, most first (operators' view of how a hot prefix is
   // spread). Default: none (the policy does not track demand).
   virtual std::vector<HotPrefix> hot_prefixes(Time now, size_t n) const { return {}; }
+  // What the policy has learned of endpoint `index`'s speed, for the metrics scrape: its step times
+  // over the fastest endpoint's (pace) and the ITL its decodes showed over the policy's model of their
+  // batches (itl_calibration), as of its last refresh. Default: nothing learned (false).
+  virtual bool endpoint_speed(size_t index, double& pace, double& itl_calibration) const { return false; }
   // The terms behind rank()'s scores, one Explanation per endpoint (any order). Default: none.
   virtual void explain(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
                        std::vector<Explanation>& out) {

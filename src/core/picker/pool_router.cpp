@@ -556,6 +556,8 @@ std::vector<EndpointSnapshot> PoolRouter::snapshot(Time now) const {
     const auto& ep = endpoints_[e];
     out.push_back({ep.config.name, ep.config.address.str(), is_stale(ep, now), ep.healthy, ep.signals, ep.load});
     out.back().load.in_flight = in_flight_locked(e);  // streams on a replaced runtime included
+    if (double pace = 0, calib = 0; policy_->endpoint_speed(e, pace, calib))
+      out.back().pace = pace, out.back().itl_calibration = calib;
   }
   return out;
 }

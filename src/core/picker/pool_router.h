@@ -78,6 +78,8 @@ struct EndpointSnapshot {
   bool healthy = true;
   EngineSignals signals;
   EndpointLoad load;
+  // The policy's learned speed of the endpoint (Policy::endpoint_speed); negative: none learned.
+  double pace = -1, itl_calibration = -1;
 };
 
 class PoolRouter {

@@ -498,6 +498,11 @@ class SluicePolicy : public Policy {
   double expected_itl_ms(size_t endpoint, const PrefillSample& batch) const override;
   std::vector<HotPrefix> hot_prefixes(Time now, size_t n) const override;
   void on_shed(const Candidate& advised, Time now) override;
+  bool endpoint_speed(size_t index, double& pace, double& itl_calibration) const override {
+    pace = pace_of(index);
+    itl_calibration = itl_calibration_of(index);
+    return true;
+  }
   void on_peer_shed(double work_ms, Time now) override;
   void on_endpoints_reset(size_t count) override {
     prefix_.reset(count);

@@ -47,6 +47,18 @@ const std::vector<Series>& series() {
          v = e.signals.duty_cycle;
          return e.signals.present && e.signals.duty_cycle >= 0;
        }},
+      {"sluice_endpoint_pace_ratio", "gauge",
+       "The picker's learned step time of the endpoint over the pool's fastest (1: as fast; sluice policy).",
+       [](const EndpointSnapshot& e, Time, double& v) {
+         v = e.pace;
+         return e.pace >= 0;
+       }},
+      {"sluice_endpoint_itl_calibration_ratio", "gauge",
+       "The ITL the endpoint's decodes showed over the picker's model of their batches (>= 1; sluice policy).",
+       [](const EndpointSnapshot& e, Time, double& v) {
+         v = e.itl_calibration;
+         return e.itl_calibration >= 0;
+       }},
       {"sluice_prefix_prompt_tokens_total", "counter", "Estimated prompt tokens dispatched.",
        [](const EndpointSnapshot& e, Time, double& v) { v = double(e.load.input_tokens_total); return true; }},
       {"sluice_prefix_predicted_cached_tokens_total", "counter", "Prompt tokens the picker predicted cached.",

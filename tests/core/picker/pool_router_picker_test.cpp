@@ -318,6 +318,47 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   EXPECT_EQ(load(ms(10500)).prefill_requests, 1);
 }
 
+// The metrics scrape's view of what the policy learned of each endpoint's speed (EndpointSnapshot::
+// pace, itl_calibration: sluice_endpoint_pace_ratio, sluice_endpoint_itl_calibration_ratio): the
+// sluice policy's, 1 before any sample, the calibration above 2 on an endpoint whose streams ran far
+// slower than its model (100 tokens in 20 s), lower on one whose streams ran about as the model says
+// (shrunk toward the pool's); nothing (negative) from a policy that learns none.
+TEST(PoolRouterPicker, TheSnapshotCarriesThePolicysLearnedSpeed) {
+  const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
+  const PoolConfig sl = pool_of(2, "sluice");
+  PoolRouter s(sl, make_policy(sl, 1));
+  for (const auto& e : s.snapshot(ms(0))) {
+    EXPECT_EQ(e.pace, 1.0);
+    EXPECT_EQ(e.itl_calibration, 1.0);
+  }
+  // Endpoint 0's streams take 20 s for 100 tokens, endpoint 1's 0.8 s (about the model's).
+  int t = 0;
+  for (int i = 0; i < 40; ++i, t += 100) {
+    const size_t to = i % 2;
+    auto req = req_of(std::string(400, static_cast<char>('a' + i % 26)) + std::to_string(i), 100);
+    const auto ranked = s.rank(req, ms(t));
+    const Candidate& c = ranked[0].endpoint == to ? ranked[0] : ranked[1];
+    ASSERT_EQ(c.endpoint, to);
+    DispatchGuard g = s.dispatch(req, c, ms(t));
+    g.on_first_token(ms(t + 20));
+    g.on_tokens(100);
+    g.on_stream_end(ms(t + (to == 0 ? 20000 : 800)));
+    g.release();
+  }
+  s.rank(req_of("refresh", 10), ms(t + 20000));  // the policy refreshes its factors as it ranks
+  const auto after = s.snapshot(ms(t + 20000));
+  EXPECT_GT(after[0].itl_calibration, 2.0);
+  EXPECT_LE(after[0].itl_calibration, 4.0);
+  EXPECT_LT(after[1].itl_calibration, after[0].itl_calibration);
+  EXPECT_GE(after[1].itl_calibration, 1.0);
+  const PoolConfig rr = pool_of(2, "round_robin");
+  PoolRouter r(rr, make_policy(rr, 1));
+  for (const auto& e : r.snapshot(ms(0))) {
+    EXPECT_LT(e.pace, 0);
+    EXPECT_LT(e.itl_calibration, 0);
+  }
+}
+
 TEST(PoolRouterPicker, PrefillQueueHeadFollowsDispatchOrder) {
   auto cfg = pool_of(1, "round_robin");
   PoolRouter r(cfg, make_policy(cfg, 1));

@@ -362,6 +362,13 @@ TEST(SluicePolicy, TheItlTestedAgainstTheSloIsWhatDecodesShowed) {
   EXPECT_EQ(term_of(ex, 1, "meets_slo"), 1.0);
   EXPECT_NEAR(term_of(ex, 0, "itl_ms"), itl, 0.5);  // the model's ITL itself is unchanged
   EXPECT_EQ(term_of(ex, 0, "pace"), 1.0);  // samples under KV pressure are not the pace's
+  // The metrics scrape reads the same (Policy::endpoint_speed: sluice_endpoint_itl_calibration_ratio).
+  double pace = 0, calib = 0;
+  ASSERT_TRUE(p.endpoint_speed(0, pace, calib));
+  EXPECT_EQ(pace, 1.0);
+  EXPECT_EQ(calib, c0);
+  ASSERT_TRUE(p.endpoint_speed(1, pace, calib));
+  EXPECT_EQ(calib, c1);
   std::vector<Candidate> c;
   p.rank(req, std::span(v).first(2), ms(200), c);
   EXPECT_EQ(c[0].endpoint, 1u);
