@@ -418,20 +418,27 @@ TEST(FleetSim, TheWorkPriceKeepsAgentSessionsInTheSloNearCapacity) {
 // full KV (waits, preemptions) made it ~55 and the slow ones' ~100 (their pace read 1.5x), so sluice
 // admitted ~60 req/s of which almost none met the SLO (seed 44 at 75 req/s: goodput 2.6; 45.4 with
 // the calibration). Seeds 4-6 at 75 req/s: 43.4-46.0 with it, 3.1-3.3 without.
-TEST(FleetSim, TheItlCalibrationHoldsAMixedFleetUnderKvPressureAtItsCapacity) {
+// The sluice policy on 8 replicas, 4 of them 2x slower, seed 4, 3,000 requests of `workload` at
+// `rate` req/s: run as configured and again with the policy parameter `off` set to 0.
+std::pair<FleetResult, FleetResult> mixed_fleet_on_off(const std::string& workload, double rate, const char* off,
+                                                       int64_t num_blocks = 0) {
   FleetConfig c;
   c.replicas = 8;
   c.policy = "sluice";
-  c.workload = "kv_pressure,prefixes=1200";
-  c.engine.num_blocks = 12000;
+  c.workload = workload;
+  if (num_blocks > 0) c.engine.num_blocks = num_blocks;
   c.slow_replicas = 4;
   c.slow_factor = 2;
-  c.arrivals.rate = 75;
+  c.arrivals.rate = rate;
   c.limits.max_requests = 3000;
   c.seed = 4;
-  const FleetResult on = run_ok(c);
-  c.policy_params["itl_calibration"] = 0;
-  const FleetResult off = run_ok(c);
+  FleetResult on = run_ok(c);
+  c.policy_params[off] = 0;
+  return {std::move(on), run_ok(c)};
+}
+
+TEST(FleetSim, TheItlCalibrationHoldsAMixedFleetUnderKvPressureAtItsCapacity) {
+  const auto [on, off] = mixed_fleet_on_off("kv_pressure,prefixes=1200", 75, "itl_calibration", 12000);
   EXPECT_GT(on.figures.goodput_rps, 35.0);
   EXPECT_GT(on.figures.slo_attainment, 0.5);
   EXPECT_LT(off.figures.goodput_rps, 0.5 * on.figures.goodput_rps);
@@ -445,18 +452,7 @@ TEST(FleetSim, TheItlCalibrationHoldsAMixedFleetUnderKvPressureAtItsCapacity) {
 // requests refused 0.3-1.5% against 1.3-17%). The test asks seed 4 for > 35, under half without,
 // and fewer refusals.
 TEST(FleetSim, ACostMixHoldsPastCapacityWhenItsDocumentsAreHeldToTheirTimeAlone) {
-  FleetConfig c;
-  c.replicas = 8;
-  c.policy = "sluice";
-  c.workload = "cost_mix";
-  c.slow_replicas = 4;
-  c.slow_factor = 2;
-  c.arrivals.rate = 100;
-  c.limits.max_requests = 3000;
-  c.seed = 4;
-  const FleetResult on = run_ok(c);
-  c.policy_params["lost_causes"] = 0;
-  const FleetResult off = run_ok(c);
+  const auto [on, off] = mixed_fleet_on_off("cost_mix", 100, "lost_causes");
   EXPECT_GT(on.figures.goodput_rps, 35.0);
   EXPECT_LT(off.figures.goodput_rps, 0.5 * on.figures.goodput_rps);
   EXPECT_LT(on.figures.reject_rate, 0.03);
