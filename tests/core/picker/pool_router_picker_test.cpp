@@ -335,7 +335,8 @@ TEST(PoolRouterPicker, TheSnapshotCarriesThePolicysLearnedSpeed) {
   int t = 0;
   for (int i = 0; i < 40; ++i, t += 100) {
     const size_t to = i % 2;
-    auto req = req_of(std::string(400, static_cast<char>('a' + i % 26)) + std::to_string(i), 100);
+    const std::string text = std::string(400, static_cast<char>('a' + i % 26)) + std::to_string(i);
+    auto req = req_of(text, 100);  // (the request views its text)
     const auto ranked = s.rank(req, ms(t));
     const Candidate& c = ranked[0].endpoint == to ? ranked[0] : ranked[1];
     ASSERT_EQ(c.endpoint, to);
@@ -345,7 +346,8 @@ TEST(PoolRouterPicker, TheSnapshotCarriesThePolicysLearnedSpeed) {
     g.on_stream_end(ms(t + (to == 0 ? 20000 : 800)));
     g.release();
   }
-  s.rank(req_of("refresh", 10), ms(t + 20000));  // the policy refreshes its factors as it ranks
+  const std::string refresh = "refresh";
+  s.rank(req_of(refresh, 10), ms(t + 20000));  // the policy refreshes its factors as it ranks
   const auto after = s.snapshot(ms(t + 20000));
   EXPECT_GT(after[0].itl_calibration, 2.0);
   EXPECT_LE(after[0].itl_calibration, 4.0);
