@@ -90,7 +90,15 @@ class WholeAnswers(unittest.TestCase):
             for t in threads:
                 t.join(60)
             self.assertEqual(statuses, [200, 200, 200])
-            c = json.loads(fleet.http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]
+            # The gateway settles a request (its guard released) just after its answer's last byte is
+            # written, so the client can read the answer first: looked at again until it has (a slow
+            # build, ASan's, showed in_flight 1 right after the last answer).
+            deadline = time.monotonic() + 10
+            while True:
+                c = json.loads(fleet.http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]
+                if (c["in_flight"], c["prefill_tokens"]) == (0, 0) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             self.assertEqual((c["in_flight"], c["prefill_tokens"]), (0, 0), c)
         finally:
             if gw:
