@@ -602,6 +602,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       e.itl_ms = itl;
       e.meets_slo = meets_slo;
       e.serves = serves;
+      e.ttft_target_ms = ttft_target_ms;
+      e.itl_target_ms = itl_target_ms;  // as itl_ms is: the SLO over itl_calibration (+ a lost cause's ITL alone)
     }
   }
   // Shedding (header): no endpoint meets the SLO, and alone the request would (the load is why).
@@ -1022,6 +1024,8 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     // its streams' ITL over the ITL expected at their dispatch (header, the SLO; 1: as the model)
                     {"itl_calibration", itl_calibration_of(endpoints[i].index)},
                     {"meets_slo", e.meets_slo ? 1.0 : 0.0},
+                    {"ttft_target_ms", e.ttft_target_ms},
+                    {"itl_target_ms", e.itl_target_ms},
                     // 0 where it meets the SLO: shed 2 found the batch's expected new misses outweigh it.
                     {"serves", e.serves ? 1.0 : 0.0},
                     {"queue_tokens", e.in.queue_tokens},

@@ -557,6 +557,7 @@ class SluicePolicy : public Policy {
     double meets_in_ms = 0;  // where it is not served: ms until it would meet the SLO here (shedding)
     bool fresh = false, saturated = false, meets_slo = true;
     bool serves = true;  // explain(): meets_slo, and with shed 2 admitting it gains more than it costs the batch
+    double ttft_target_ms = 0, itl_target_ms = 0;  // explain(): what meets_slo tests (the SLO, or a lost cause's own)
   };
   // Uncached tokens dispatched to one endpoint per ms, smoothed (the prefill duty's input).
   struct PrefillRate {

@@ -1141,6 +1141,13 @@ TEST(SluiceShed, ARequestTooLongToMeetTheSloAloneIsHeldToItsTimeAlonePlusTheSlo)
   EXPECT_FALSE(light[0].shed);
   EXPECT_GT(light_terms.at("ttft_ms"), 1000);
   EXPECT_EQ(light_terms.at("meets_slo"), 1);
+  // /debug/pick shows what it was tested against: its time alone (~4 s) plus the SLO's 1 s and 50 ms.
+  EXPECT_LE(light_terms.at("ttft_ms"), light_terms.at("ttft_target_ms"));
+  EXPECT_GT(light_terms.at("ttft_target_ms"), 4000);
+  EXPECT_LT(light_terms.at("ttft_target_ms"), 6000);
+  EXPECT_GT(light_terms.at("itl_target_ms"), 50);
+  EXPECT_EQ(std::get<1>(run(off, 20000, false)).at("ttft_target_ms"), 1000);
+  EXPECT_EQ(std::get<1>(run(off, 20000, false)).at("itl_target_ms"), 50);
   EXPECT_EQ(std::get<1>(run(off, 20000, false)).at("meets_slo"), 0);
   // An idle endpoint serves it at once.
   const auto [idle, idle_terms, idle_at] = run(SluiceParams{}, 60000, true);
