@@ -61,9 +61,10 @@ def one(port, key, text, out):
         c.close()
 
 
-def burst(port, key, seed):
+def burst(port, key, seed, n=BURST, prompts_each=1):
+    """n requests at once, each of prompts_each prompts (~4,000 tokens each)."""
     rng = random.Random(seed)
-    texts = [prompt(rng) for _ in range(BURST)]
+    texts = [" ".join(prompt(rng) for _ in range(prompts_each)) for _ in range(n)]
     out = []
     threads = [threading.Thread(target=one, args=(port, key, t, out)) for t in texts]
     for t in threads:
@@ -93,6 +94,18 @@ class Shed(unittest.TestCase):
   - {{name: standard, priority: 0, key_sha256: [{sha('key-standard')}]}}
   - {{name: critical, priority: 1, key_sha256: [{sha('key-critical')}]}}""")
 
+    def served_and_shed(self, results, n):
+        """A burst's answers: every one served (200) or shed (429 over_slo), at least the first on each
+        replica served, at least half shed."""
+        served = [r for r in results if r[0] == 200]
+        shed = [r for r in results if r[0] == 429]
+        self.assertEqual(len(served) + len(shed), n, [r for r in results if r[0] not in (200, 429)])
+        self.assertGreaterEqual(len(served), 2, "at least the first request on each replica is served")
+        self.assertGreaterEqual(len(shed), n // 2, f"served {len(served)}, shed {len(shed)}")
+        for status, data, ra, ra_ms in shed:
+            self.assertEqual(data["error"]["code"], "over_slo", data)
+        return served, shed
+
     def test_a_burst_past_the_slo_is_shed_and_critical_requests_are_not(self):
         gw, listen, admin = self.gateway(1)
         try:
@@ -100,14 +113,8 @@ class Shed(unittest.TestCase):
             one(listen, "key-standard", prompt(random.Random(1)), alone)
             self.assertEqual(alone[0][0], 200, alone)
 
-            results = burst(listen, "key-standard", 2)
-            served = [r for r in results if r[0] == 200]
-            shed = [r for r in results if r[0] == 429]
-            self.assertEqual(len(served) + len(shed), BURST, [r for r in results if r[0] not in (200, 429)])
-            self.assertGreaterEqual(len(served), 2, "at least the first request on each replica is served")
-            self.assertGreaterEqual(len(shed), BURST // 2, f"served {len(served)}, shed {len(shed)}")
+            served, shed = self.served_and_shed(burst(listen, "key-standard", 2), BURST)
             for status, data, ra, ra_ms in shed:
-                self.assertEqual(data["error"]["code"], "over_slo", data)
                 self.assertEqual(data["error"]["type"], "requests", data)
                 self.assertIn("latency SLO", data["error"]["message"])
                 self.assertGreaterEqual(int(ra), 1)  # whole seconds, rounded up
@@ -137,29 +144,15 @@ class Shed(unittest.TestCase):
         # replica meets that, those queued behind another document's prefill do not and are shed
         # (429 over_slo, a Retry-After); with lost_causes 0 every one of them is served, however late.
         def documents(port, seed, n):
-            rng = random.Random(seed)
-            texts = [" ".join(prompt(rng) for _ in range(3)) for _ in range(n)]
-            out = []
-            threads = [threading.Thread(target=one, args=(port, "key-standard", t, out)) for t in texts]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(90)
-            return out
+            return burst(port, "key-standard", seed, n, prompts_each=3)
 
         docs = 10
         gw, listen, admin = self.gateway(2)
         try:
             alone = documents(listen, 11, 1)
             self.assertEqual(alone[0][0], 200, alone)
-            results = documents(listen, 12, docs)
-            served = [r for r in results if r[0] == 200]
-            shed = [r for r in results if r[0] == 429]
-            self.assertEqual(len(served) + len(shed), docs, [r for r in results if r[0] not in (200, 429)])
-            self.assertGreaterEqual(len(served), 2, "the first document on each replica is served")
-            self.assertGreaterEqual(len(shed), docs // 2, f"served {len(served)}, shed {len(shed)}")
+            served, shed = self.served_and_shed(documents(listen, 12, docs), docs)
             for status, data, ra, ra_ms in shed:
-                self.assertEqual(data["error"]["code"], "over_slo", data)
                 self.assertGreaterEqual(int(ra_ms), 7)
             self.assertEqual(metric(admin_metrics(admin), "sluice_rejects_total", reason="over_slo", tenant="standard"),
                              len(shed))
