@@ -426,8 +426,9 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     if (deepest > 0 && holders < endpoints.size() && last_key_ != 0 && output > 0) demand = demand_.rate(last_key_, now);
   }
   // A lost cause (header, the SLO): alone on the endpoint holding its longest cached prefix, at the
-  // fastest pace, its first token would come after the TTFT SLO; its TTFT is then tested against that
-  // time plus the SLO (the load may delay it by as much as the SLO), not against the SLO it never meets.
+  // fastest pace, its first token would come after the TTFT SLO; its TTFT and ITL are then tested
+  // against its own alone plus the SLO's (the load may delay it by as much as the SLO), not against the
+  // SLO it never meets.
   bool lost = false;
   SluiceInputs lost_alone;
   if (!embed) {
@@ -538,7 +539,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     double ttft_target_ms = p.ttft_slo_ms, itl_target_ms = pe.itl_slo_ms;
     if (lost) [[unlikely]] {
       ttft_target_ms += ttft_of(pe, lost_alone, std::max(0.0, input - lost_alone.cached), 0.0, 0.0);
-      if (!embed) itl_target_ms += sluice_itl_ms(pe, lost_alone);
+      itl_target_ms += sluice_itl_ms(pe, lost_alone);  // (never an embedding: no lost cause there)
     }
     const bool meets_slo = cost.ttft_ms <= ttft_target_ms && (in.output <= 1 || itl <= itl_target_ms);
     // Where it misses, the miss price stands for the request: its own decode lag, and its later
