@@ -425,32 +425,36 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     last_continues_ = ends_.extends(last_key_, req.text, deepest, prefix_.block_chars());
     if (deepest > 0 && holders < endpoints.size() && last_key_ != 0 && output > 0) demand = demand_.rate(last_key_, now);
   }
-  // A lost cause (header, the SLO): alone on the endpoint holding its longest cached prefix, at the
-  // fastest pace, its first token would come after the TTFT SLO; its TTFT and ITL are then tested
-  // against its own alone plus the SLO's (the load may delay it by as much as the SLO), not against the
-  // SLO it never meets.
-  bool lost = false;
-  SluiceInputs lost_alone;
+  // The request alone (no queue, no batch) on the endpoint holding its longest cached prefix, at the
+  // fastest pace: its first token's time, which shedding and lost causes test. The oracle's cached
+  // tokens are asked for once per endpoint, here.
+  SluiceInputs alone;
+  double alone_ttft_ms = 0;
   if (!embed) {
-    double best_cached = 0;
+    double most_cached = 0;
     if (oracle) {
-      for (const EndpointView& v : endpoints)
-        best_cached = std::max(best_cached, static_cast<double>(std::clamp<int64_t>(oracle_(v.index, req), 0, req.input_tokens)));
+      for (size_t i = 0; i < endpoints.size(); ++i) {
+        evals_[i].cached = std::clamp<int64_t>(oracle_(endpoints[i].index, req), 0, req.input_tokens);
+        most_cached = std::max(most_cached, static_cast<double>(evals_[i].cached));
+      }
     } else if (deepest > 0) {
-      best_cached = static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens));
+      most_cached = static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens));
     }
-    lost_alone.input = input;
-    lost_alone.output = output;
-    lost_alone.cached = best_cached;
-    lost = p.lost_causes > 0 && ttft_of(p, lost_alone, std::max(0.0, input - best_cached), 0.0, 0.0) > p.ttft_slo_ms;
+    alone.input = input;
+    alone.output = output;
+    alone.cached = most_cached;
+    alone_ttft_ms = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0);
   }
+  // A lost cause (header, the SLO): alone its first token would come after the TTFT SLO; its TTFT and
+  // ITL are then tested against its own alone plus the SLO's (the load may delay it by as much as the
+  // SLO), not against the SLO it never meets.
+  const bool lost = !embed && p.lost_causes > 0 && alone_ttft_ms > p.ttft_slo_ms;
   const double followups = sluice_followups(continuation_);
-  const double warm_cached = demand > 0 ? static_cast<double>(prefix_.cached_tokens(deepest, req.input_tokens)) : 0.0;
+  const double warm_cached = demand > 0 ? alone.cached : 0.0;  // (the deepest match's: demand needs a match)
   // A miss's price (header, the SLO): miss_price x the request's latency budget.
   const double miss = p.miss_price > 0 ? p.miss_price * (p.ttft_slo_ms + output * p.itl_slo_ms) : kMissesSlo;
   double pace_sum = 0;  // the endpoints' batch ITLs (ms), phi's numerator
   bool any_meets = false;
-  double most_cached = 0;  // the longest cached prefix of the request on any endpoint (tokens)
   std::optional<SluiceParams> scaled;  // p with an endpoint's pace (made only on a fleet that has one)
   double least_calib = 4.0;  // the lowest ITL calibration of the endpoints (shedding)
   for (size_t i = 0; i < endpoints.size(); ++i) {
@@ -474,10 +478,9 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     Eval& e = evals_[i];
     if constexpr (kFull) e.fresh = est.fresh;
     e.saturated = est.waiting >= p.queue_limit;
-    e.cached = 0;
-    if (!embed) {
-      if (oracle) e.cached = std::clamp<int64_t>(oracle_(v.index, req), 0, req.input_tokens);
-      else if (v.index < matched.size()) e.cached = prefix_.cached_tokens(matched[v.index], req.input_tokens);
+    if (!oracle || embed) {  // (the oracle's: above)
+      e.cached = 0;
+      if (!embed && v.index < matched.size()) e.cached = prefix_.cached_tokens(matched[v.index], req.input_tokens);
     }
     const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
     const double own_queued = nonneg(l.prefill_requests);
@@ -538,8 +541,8 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     // A lost cause's targets here: its TTFT and ITL alone at this endpoint's pace, plus the SLO's.
     double ttft_target_ms = p.ttft_slo_ms, itl_target_ms = pe.itl_slo_ms;
     if (lost) [[unlikely]] {
-      ttft_target_ms += ttft_of(pe, lost_alone, std::max(0.0, input - lost_alone.cached), 0.0, 0.0);
-      itl_target_ms += sluice_itl_ms(pe, lost_alone);  // (never an embedding: no lost cause there)
+      ttft_target_ms += ttft_of(pe, alone, std::max(0.0, input - alone.cached), 0.0, 0.0);
+      itl_target_ms += sluice_itl_ms(pe, alone);  // (never an embedding: no lost cause there)
     }
     const bool meets_slo = cost.ttft_ms <= ttft_target_ms && (in.output <= 1 || itl <= itl_target_ms);
     // Where it misses, the miss price stands for the request: its own decode lag, and its later
@@ -565,7 +568,6 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       serves = 1.0 - own > (in.decoding + in.queued) * std::max(0.0, after - before);
     }
     any_meets |= serves;
-    most_cached = std::max(most_cached, in.cached);
     if (!serves) [[unlikely]] {
       // When it would meet the SLO here (the Retry-After of a shed request, header): the TTFT excess
       // drains with the queue ahead; an ITL over the pace falls as that share of the batch leaves,
@@ -614,14 +616,10 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
     for (size_t i = 0; i < endpoints.size(); ++i) soonest_meets = std::min(soonest_meets, evals_[i].meets_in_ms);
     // One engine step (its floor, c0 + W): no engine state changes sooner.
     shed_wait_ms_ = std::clamp(soonest_meets, p.c0_ms + p.w_ms, kShedRetryMaxMs);
-    SluiceInputs alone;
-    alone.input = input;
-    alone.output = output;
-    alone.cached = most_cached;
     // Its ITL alone too: an ITL SLO under one engine step is never met, and sheds nothing; nor one
     // that the streams' calibration puts past the SLO alone on the least calibrated endpoint (after
     // a burst whose streams ran slow, an idle pool is not the load that makes it miss).
-    shed_alone_ms_ = ttft_of(p, alone, std::max(0.0, input - most_cached), 0.0, 0.0);
+    shed_alone_ms_ = alone_ttft_ms;
     // A lost cause alone meets its own targets, which are its times alone plus the SLO's.
     shed_advice_ = lost || (shed_alone_ms_ <= p.ttft_slo_ms && (output <= 1 || sluice_itl_ms(p, alone) * least_calib <= p.itl_slo_ms));
   }
