@@ -216,7 +216,6 @@ DecodeSample PoolRouter::decode_sample(const Endpoint& ep, double tokens, double
   d.kv_read = b.kv_read;
   d.kv_usage = b.kv_usage;
   // The others: the peers' decoders (peer_load) and the fresh scrape's running requests no gateway sent.
-  const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
   EndpointLoad all = ep.load;
   if (peer_) peer_->add_to(static_cast<size_t>(&ep - endpoints_.data()), all);
   d.others = std::max(0.0, nonneg(all.in_flight - all.prefill_requests) - b.decoding);

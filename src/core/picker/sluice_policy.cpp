@@ -482,7 +482,6 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       e.cached = 0;
       if (!embed && v.index < matched.size()) e.cached = prefix_.cached_tokens(matched[v.index], req.input_tokens);
     }
-    const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
     const double own_queued = nonneg(l.prefill_requests);
     const double own_decoding = nonneg(l.in_flight - l.prefill_requests);
     // Other clients' requests, from a fresh scrape (external_load: what it saw less what was the

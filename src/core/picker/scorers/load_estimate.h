@@ -51,6 +51,9 @@ struct LoadEstimate {
   return e;
 }
 
+// An accounting counter as a double, never below 0 (the load terms' and the samples' one rule).
+[[gnu::always_inline]] inline double nonneg(int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); }
+
 // Other clients' requests in a fresh scrape: what it saw less what the gateways had there when it
 // was taken (EndpointLoad::in_flight_at_scrape, the peers' included). The engine counts a request
 // in its prefill step as running, so the total is split with the waiting share as a lower bound.
@@ -60,7 +63,6 @@ struct ExternalLoad {
   double running = 0;
 };
 [[gnu::always_inline]] inline ExternalLoad external_load(const EngineSignals& s, const EndpointLoad& l) {
-  const auto nonneg = [](int64_t x) { return static_cast<double>(std::max<int64_t>(0, x)); };
   ExternalLoad e;
   const double ext = std::max(0.0, s.waiting + s.running - nonneg(l.in_flight_at_scrape));
   e.waiting = std::min(ext, std::max(0.0, s.waiting - nonneg(l.prefill_requests_at_scrape)));
