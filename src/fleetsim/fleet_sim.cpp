@@ -638,6 +638,8 @@ class Simulation {
       s.kv_capacity_blocks = eng.blocks().num_blocks();
       s.prefix_queries = double(eng.counters().prefix_queries);
       s.prefix_hits = double(eng.counters().prefix_hits);
+      s.itl_sum_s = eng.histograms().itl.sum;
+      s.itl_count = double(eng.histograms().itl.count);
       s.duty_cycle = std::min(1.0, to_seconds(rep.busy - rep.busy_at_scrape) / to_seconds(cfg_.scrape_interval));
       rep.busy_at_scrape = rep.busy;
       if (saw_adapter_ && cfg_.engine.max_loras > 0) {

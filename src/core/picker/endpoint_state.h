@@ -25,6 +25,9 @@ struct EngineSignals {
   double prefix_hits = 0;      // cumulative, in tokens
   double duty_cycle = -1;      // fraction of time busy, -1 = unknown
   double prefix_hit_rate = -1; // engine-reported hit-rate gauge (SGLang), -1 = not reported
+  // The engine's inter-token latency histogram's cumulative sum (seconds) and count (gaps between
+  // tokens, every request's), -1 = not reported: over a span, its mean ITL (PoolRouter: the pace).
+  double itl_sum_s = -1, itl_count = -1;
 };
 
 struct EndpointLoad {

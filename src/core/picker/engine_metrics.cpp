@@ -75,6 +75,16 @@ void read_cache_config(const PromText& m, std::string_view name, std::string_vie
   if (blocks > 0) out.kv_capacity_blocks = blocks;
 }
 
+// An inter-token latency histogram's _sum and _count, summed over its series (data-parallel ranks,
+// models): both present, finite and not negative, or left unknown.
+void read_itl(const PromText& m, std::string_view name, EngineSignals& out) {
+  const std::string base(name);
+  const Acc sum = collect(m, base + "_sum"), count = collect(m, base + "_count");
+  if (!sum.any() || !count.any() || sum.sum < 0 || count.sum < 0) return;
+  out.itl_sum_s = sum.sum;
+  out.itl_count = count.sum;
+}
+
 bool map_vllm(const PromText& m, EngineSignals& out) {
   Acc waiting = collect(m, "vllm:num_requests_waiting"), running = collect(m, "vllm:num_requests_running");
   if (!waiting.any() && !running.any()) return false;
@@ -89,6 +99,8 @@ bool map_vllm(const PromText& m, EngineSignals& out) {
   if (!h.any()) h = collect(m, "vllm:gpu_prefix_cache_hits_total");
   out.prefix_queries = q.sum;
   out.prefix_hits = h.sum;
+  read_itl(m, "vllm:inter_token_latency_seconds", out);
+  if (out.itl_count < 0) read_itl(m, "vllm:time_per_output_token_seconds", out);  // its name before vLLM 0.11
   // LoRA: the sample with the largest value (the time of its last update) is the current one.
   const PromSample* lora = nullptr;
   for (const auto& s : m.samples)
@@ -109,6 +121,7 @@ bool map_sglang(const PromText& m, EngineSignals& out) {
   out.kv_usage = clamp01(collect(m, "sglang:token_usage").mean());
   read_cache_config(m, "sglang:cache_config_info", "page_size", "num_pages", out);
   if (Acc hr = collect(m, "sglang:cache_hit_rate"); hr.any()) out.prefix_hit_rate = clamp01(hr.mean());
+  read_itl(m, "sglang:inter_token_latency_seconds", out);
   return true;
 }
 

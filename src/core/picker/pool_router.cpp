@@ -68,7 +68,7 @@ void DispatchGuard::release() {
 PoolRouter::PoolRouter(const PoolConfig& config, std::unique_ptr<Policy> policy)
     : config_(config), policy_(std::move(policy)) {
   endpoints_.reserve(config_.endpoints.size());
-  for (const auto& e : config_.endpoints) endpoints_.push_back(Endpoint{e, {}, {}, true, {}});
+  for (const auto& e : config_.endpoints) endpoints_.emplace_back().config = e;
   policy_->on_endpoints_reset(endpoints_.size());
 }
 
@@ -157,6 +157,7 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
 
 DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidate& chosen, Time now) {
   DispatchGuard g;
+  advance_batch_area(endpoints_.at(chosen.endpoint), now);
   auto& load = endpoints_.at(chosen.endpoint).load;
   g.router_ = this;
   g.endpoint_ = chosen.endpoint;
@@ -207,13 +208,29 @@ PrefillSample PoolRouter::own_batch(const Endpoint& ep) {
   return b;
 }
 
-DecodeSample PoolRouter::decode_sample(const Endpoint& ep, double tokens, double elapsed_ms, Time now) const {
+void PoolRouter::advance_batch_area(Endpoint& ep, Time now) {
+  BatchArea& a = ep.area;
+  if (now > a.at) {
+    const PrefillSample b = own_batch(ep);
+    const double ms = to_millis(now - a.at);
+    a.decoding_ms += b.decoding * ms;
+    a.kv_read_ms += b.kv_read * ms;
+  }
+  a.at = std::max(a.at, now);
+}
+
+DecodeSample PoolRouter::decode_sample(Endpoint& ep, double tokens, double elapsed_ms, Time now, const BatchArea* from) {
+  advance_batch_area(ep, now);
   const PrefillSample b = own_batch(ep);
   DecodeSample d;
   d.tokens = tokens;
   d.elapsed_ms = elapsed_ms;
   d.decoding = b.decoding;
   d.kv_read = b.kv_read;
+  if (const double span = from ? to_millis(ep.area.at - from->at) : 0.0; span > 0) {
+    d.decoding = std::max(0.0, (ep.area.decoding_ms - from->decoding_ms) / span);
+    d.kv_read = std::max(0.0, (ep.area.kv_read_ms - from->kv_read_ms) / span);
+  }
   d.kv_usage = b.kv_usage;
   // The others: the peers' decoders (peer_load) and the fresh scrape's running requests no gateway sent.
   EndpointLoad all = ep.load;
@@ -289,17 +306,20 @@ void PoolRouter::advance_whole_answers(Endpoint& ep, Time now) {
 }
 
 void PoolRouter::move_on_whole(Endpoint& ep, const Endpoint::Pending& done, Time at) {
+  advance_batch_area(ep, at);
   off_prefill_load(ep, done.tokens, done.pairs, true);
   if (ep.whole_decoding.empty()) {
     ep.whole_counted_at = at;
     ep.whole_steps = 0;
   }
-  ep.whole_decoding.push_back({done.seq, std::max<int64_t>(0, done.decode), 0, at, std::max(0.0, to_millis(at - done.dispatched))});
+  ep.whole_decoding.push_back(
+      {done.seq, std::max<int64_t>(0, done.decode), 0, at, std::max(0.0, to_millis(at - done.dispatched)), ep.area});
 }
 
 void PoolRouter::count_whole_tokens(Endpoint& ep, Time now) {
   // At most every 2 ms: a decode step is ~10 ms, and the count is a sum over the decoders.
   if (ep.whole_decoding.empty() || now - ep.whole_counted_at < std::chrono::milliseconds(2)) return;
+  advance_batch_area(ep, now);
   const double itl = policy_->expected_itl_ms(static_cast<size_t>(&ep - endpoints_.data()), own_batch(ep));
   if (itl > 0) ep.whole_steps += to_millis(now - ep.whole_counted_at) / itl;
   ep.whole_counted_at = now;
@@ -316,11 +336,12 @@ void PoolRouter::count_whole_tokens(Endpoint& ep, Time now) {
 }
 
 void PoolRouter::settle_whole(Endpoint& ep, uint64_t seq, Time now, int64_t tokens) {
+  advance_batch_area(ep, std::max(now, last_now_));
   auto& v = ep.whole_decoding;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].seq != seq) continue;
     if (tokens >= 1 && now > v[i].since) {
-      DecodeSample d = decode_sample(ep, static_cast<double>(tokens), to_millis(now - v[i].since), now);
+      DecodeSample d = decode_sample(ep, static_cast<double>(tokens), to_millis(now - v[i].since), now, &v[i].from);
       d.expected_first_ms = v[i].first_ms;
       policy_->on_decode_done(static_cast<size_t>(&ep - endpoints_.data()), d, now);
     }
@@ -339,12 +360,13 @@ void PoolRouter::release(const DispatchGuard& g) {
   const uint64_t seq = g.seq_;
   std::lock_guard lock(mu_);
   Endpoint& ep = endpoints_[g.endpoint_];
+  advance_batch_area(ep, last_now_);
   settle_whole(ep, seq);
   // A streamed decode that ended complete: from its first token to its last, its tokens after the
   // first (one per step) beside the batch as it is now, and the own prefill its steps carried.
   if (decoding && g.decode_since_ != Time::min() && g.stream_end_ > g.decode_since_ && g.streamed_ >= 2) {
     DecodeSample d =
-        decode_sample(ep, static_cast<double>(g.streamed_ - 1), to_millis(g.stream_end_ - g.decode_since_), g.stream_end_);
+        decode_sample(ep, static_cast<double>(g.streamed_ - 1), to_millis(g.stream_end_ - g.decode_since_), g.stream_end_, nullptr);
     d.prefilled = std::max(0.0, ep.prefilled - g.prefilled_at_);
     d.streamed = true;
     policy_->on_decode_done(g.endpoint_, d, g.stream_end_);
@@ -366,6 +388,7 @@ double PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs
   std::lock_guard lock(mu_);
   last_now_ = std::max(last_now_, now);
   Endpoint& ep = endpoints_[endpoint];
+  advance_batch_area(ep, last_now_);
   settle_whole(ep, seq, now, whole_tokens);  // its own tokens follow (DispatchGuard::on_tokens)
   // The head's first token, at a known time: how long it was the head is its prefill's pace here.
   if (sample && ep.head_known && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq &&
@@ -386,6 +409,7 @@ double PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs
 
 void PoolRouter::consume_decode(size_t endpoint, int64_t n) {
   std::lock_guard lock(mu_);
+  advance_batch_area(endpoints_[endpoint], last_now_);
   endpoints_[endpoint].load.decode_tokens -= n;
   endpoints_[endpoint].load.live_context_tokens += n;
 }
@@ -402,6 +426,30 @@ void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
   ep.load.in_flight_at_scrape = all.in_flight;
   ep.load.prefill_requests_at_scrape = all.prefill_requests;
   if (peer_) peer_->on_scrape(endpoint);
+  engine_itl_sample(ep, endpoint, ep.signals.scraped_at);
+}
+
+// About a decode's length, so that a sample of the engine's ITL weighs about as much in the pace's
+// fit as one request's decode; scraped every 50-100 ms, a span of one scrape holds a few steps.
+constexpr Duration kEngineItlSpan = std::chrono::seconds(1);
+
+void PoolRouter::engine_itl_sample(Endpoint& ep, size_t endpoint, Time now) {
+  auto& e = ep.engine_itl;
+  const double sum_s = ep.signals.itl_sum_s, count = ep.signals.itl_count;
+  if (!(sum_s >= 0 && count >= 0 && std::isfinite(sum_s) && std::isfinite(count))) return;
+  advance_batch_area(ep, now);
+  // The first reading, or counters that went back (the engine restarted): a span starts here.
+  if (e.count < 0 || count < e.count || sum_s < e.sum_s || now < e.area.at) {
+    e = {sum_s, count, ep.area};
+    return;
+  }
+  if (now - e.area.at < kEngineItlSpan) return;
+  if (count - e.count >= 1 && sum_s > e.sum_s) {
+    DecodeSample d = decode_sample(ep, count - e.count, (sum_s - e.sum_s) * 1000.0, now, &e.area);
+    d.engine = true;
+    policy_->on_decode_done(endpoint, d, now);
+  }
+  e = {sum_s, count, ep.area};
 }
 
 void PoolRouter::record_scrape_error(size_t endpoint) {

@@ -21,6 +21,14 @@ namespace sluice {
 class PoolRouter;
 class PeerReporter;
 
+// The integral over time of an endpoint's own decoders and of the KV they read (PoolRouter's
+// accounting, piecewise constant between its events): the difference of two snapshots over their
+// time apart is the batch's mean between them.
+struct BatchArea {
+  Time at{};
+  double decoding_ms = 0, kv_read_ms = 0;
+};
+
 // Holds one request's share of an endpoint's accounting; releasing it (destructor) removes the
 // request's in-flight count and tokens whatever way the request ended.
 class DispatchGuard {
@@ -214,10 +222,20 @@ class PoolRouter {
       int64_t counted;  // tokens moved from EndpointLoad::decode_tokens to live_context_tokens
       Time since;       // its expected first token
       double first_ms;  // since its dispatch (DecodeSample::expected_first_ms)
+      BatchArea from;   // the endpoint's batch area when it moved on
     };
     std::vector<WholeDecoder> whole_decoding;
     Time whole_counted_at{};
     double whole_steps = 0;  // a step's fraction not yet counted
+    // The own batch's decoders and the KV they read, integrated over time (advance_batch_area): a
+    // decode's sample is taken beside the batch's mean over its span, not the batch at its end.
+    BatchArea area;
+    // The engine's ITL counters and the batch area at the start of the span a sample is taken over
+    // (update_signals; count < 0: none yet).
+    struct EngineItl {
+      double sum_s = -1, count = -1;
+      BatchArea area;
+    } engine_itl;
   };
   // The guard's share off its endpoint's accounting; its streamed decode's sample first (on_stream_end).
   void release(const DispatchGuard& g);
@@ -236,8 +254,14 @@ class PoolRouter {
   // usage last scraped (mu_ held).
   static PrefillSample own_batch(const Endpoint& ep);
   // A decode of `tokens` tokens that took `elapsed_ms`, ending at `now`, beside the endpoint's own
-  // batch as it is now (own_batch) and the others decoding there (DecodeSample::others; mu_ held).
-  DecodeSample decode_sample(const Endpoint& ep, double tokens, double elapsed_ms, Time now) const;
+  // batch: its mean since `from` (the batch area then), or as it is now (nullptr, or no time since),
+  // and the others decoding there (DecodeSample::others; mu_ held).
+  DecodeSample decode_sample(Endpoint& ep, double tokens, double elapsed_ms, Time now, const BatchArea* from);
+  // The engine's ITL over the span since the last sample, once it spans kEngineItlSpan (mu_ held,
+  // the new signals in place).
+  void engine_itl_sample(Endpoint& ep, size_t endpoint, Time now);
+  // The endpoint's batch area integrated up to `now` (mu_ held; a time before its last is ignored).
+  static void advance_batch_area(Endpoint& ep, Time now);
   // A request's prefill off its endpoint's load: `done` (past its first token, or a whole answer
   // moved on: Endpoint::prefilled counts it) or not (it ended while queued). mu_ held.
   static void off_prefill_load(Endpoint& ep, int64_t tokens, double pairs, bool done);

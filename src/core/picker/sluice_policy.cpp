@@ -38,6 +38,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.max_prefix_blocks = std::max(1.0, p.get("max_prefix_blocks", s.max_prefix_blocks));
   s.itl_calibration = p.get("itl_calibration", s.itl_calibration);
   s.lost_causes = p.get("lost_causes", s.lost_causes);
+  s.engine_itl = p.get("engine_itl", s.engine_itl);
   s.shed = p.get("shed", s.shed);
   return s;
 }
@@ -745,7 +746,7 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
   // decode outlasts its first token's estimate, its own ITL against the model's for the batch it
   // ended in (at the endpoint's pace), KV pressure included (its waits and preemptions are what the
   // SLO test must see).
-  if (params_.itl_calibration > 0 && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
+  if (params_.itl_calibration > 0 && !s.engine && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
     // The batch as a ranking counts it: the others' contexts at the mean context (evaluate()).
     PrefillSample batch;
     batch.decoding = s.decoding + std::max(0.0, s.others);
@@ -757,10 +758,16 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
       note_itl(endpoint, std::log(s.elapsed_ms / s.tokens / model), now);
   }
   if (!(s.elapsed_ms >= 0) || !(s.tokens >= 1) || s.kv_usage >= params_.kv_risk_start) return;
+  const double others = std::max(0.0, s.others);
   const double model =
-      s.streamed ? s.tokens * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) + params_.beta_ms * s.prefilled
-                 : s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
+      s.engine     ? s.tokens * sluice_batch_itl(params_, s.decoding + others, s.kv_read + others * (mean_prompt_ + mean_output_ / 2), duty_).mean_ms
+      : s.streamed ? s.tokens * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) + params_.beta_ms * s.prefilled
+                   : s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
   if (!(model > 0)) return;
+  if (s.engine) {
+    if (params_.engine_itl > 0) note_pace(endpoint, 3 * kPaceBins, s.elapsed_ms, model, now);
+    return;
+  }
   note_pace(endpoint, (s.streamed ? 2 : 1) * kPaceBins + pace_bin(model), s.elapsed_ms, model, now);
 }
 

@@ -40,7 +40,16 @@
 //         PrefillSample; the model: its own steps, which also carry the own prefills queued behind
 //         it up to the chunk budget), a streamed decode (from its first token to its last; the
 //         model: its tokens at step(B, K) of the batch at its end, plus beta for each own prefill
-//         token done there meanwhile; DecodeSample::streamed) or a whole answer's decode (below).
+//         token done there meanwhile; DecodeSample::streamed), a whole answer's decode (below), or
+//         the engine's own ITL (DecodeSample::engine; engine_itl 1, the default; 0: not a sample):
+//         its inter-token latency histogram's sum and count (vLLM's, SGLang's), scraped, over a span
+//         of a second (PoolRouter::engine_itl_sample), every request's tokens there against the
+//         model's ITL for the batch: the own decoders' mean over the span and the others running at
+//         its end, at the mean context; in a bin of its own. The engine sees every token as it is
+//         made, streamed or not: with no request streamed, a half-slow fleet was priced uniform for
+//         the ~20 s its first whole answers took, and its slow replicas then served at twice the
+//         ITL SLO (mixed fleet, whole answers, hot prefix at 200 req/s: 41 of a 70 req/s peak;
+//         59-60 with it; bench/results/README.md, round 40).
 //         Each sample x = log(observed / model) is fitted as a_e + m_b: the endpoint's effect
 //         (log R) plus its bin's (kind, and a doubling of the modelled ms), what the model misses
 //         for every endpoint at that size (the step in progress when a short prefill comes,
@@ -75,7 +84,10 @@
 //         are counted at expected_itl_ms (the batch's ITL at f) until its answer. The next head's
 //         time from then is a model's, so its first token is no sample; instead the answer is one
 //         (on_decode_done: from the expected first token to the answer against its tokens at the
-//         batch's ITL, in bins of its own). Without it, with no request
+//         batch's ITL, in bins of its own; the batch is its mean over that span, PoolRouter's
+//         BatchArea: the batch at its end was a noisy pick, and an answer that ended in a small
+//         batch read slow where the policy's placements made the slow replicas' batches small,
+//         their pace read 1.35-1.5x for 2x). Without it, with no request
 //         streamed, 22 of 90 checked rates were lost (held-out seeds at 8 and 32 replicas; 0 with
 //         it; bench/results/README.md, round 36).
 //
@@ -387,7 +399,7 @@
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
 // priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier),
 // shed 2 (shedding, above; 1: only where the request itself misses; 0: off), itl_calibration 1 (the SLO,
-// above; 0: off), lost_causes 1 (the SLO, above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// above; 0: off), lost_causes 1 (the SLO, above; 0: off), engine_itl 1 (pace, above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -422,6 +434,7 @@ struct SluiceParams {
   double max_prefix_blocks = 8192;
   double lost_causes = 1;         // 1: a request that misses the TTFT SLO alone is tested against that time plus the SLO (the SLO, above); 0: off
   double itl_calibration = 1;     // 1: the ITL tested against the SLO is calibrated by what streams showed (the SLO, above); 0: off
+  double engine_itl = 1;          // 1: the engines' reported ITL is a sample of their pace (pace, above); 0: off
   double shed = 2;                // refuse requests that would miss the SLO everywhere because of load, or where
                                   // admitting costs the batch more than it gains (1: only the former; 0: off)
   static SluiceParams from(PolicyParams& p);
@@ -597,8 +610,9 @@ class SluicePolicy : public Policy {
   // (cost mix on a half-slow fleet: 50k-100k-token documents sent to the slow replicas, whose
   // prefills then set the documents' bin, priced 1.0-1.1x; round 37).
   static constexpr size_t kPaceBins = 16;  // per kind
-  // Prefill bins, whole answers' decode bins, streamed decodes': at most 64 (pace_bins_used_'s bits).
-  static constexpr size_t kPaceCells = 3 * kPaceBins;
+  // Prefill bins, whole answers' decode bins, streamed decodes', the engine's ITL: at most 64
+  // (pace_bins_used_'s bits).
+  static constexpr size_t kPaceCells = 4 * kPaceBins;
   static_assert(kPaceCells <= 64);
 
   static constexpr double kPaceKeep = 1.0 - 1.0 / 64;  // an endpoint's samples decay per sample: ~64

@@ -118,5 +118,39 @@ TEST(EngineMetrics, NonFiniteAndOutOfRangeValuesAreClamped) {
   EXPECT_EQ(r.signals.kv_capacity_blocks, 0);
 }
 
+// The inter-token latency histogram's _sum and _count (the pace's engine samples, PoolRouter): vLLM's
+// name, its name before 0.11, SGLang's; summed over ranks; unknown (-1) when absent, when only one
+// of the two is there, or when a value is negative or not finite.
+TEST(EngineMetrics, TheInterTokenLatencyHistogramsSumAndCount) {
+  auto v = map("vllm:num_requests_running 1\n"
+               "vllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"0.01\"} 90\n"
+               "vllm:inter_token_latency_seconds_sum{engine=\"0\"} 1.5\n"
+               "vllm:inter_token_latency_seconds_count{engine=\"0\"} 100\n"
+               "vllm:inter_token_latency_seconds_sum{engine=\"1\"} 0.5\n"
+               "vllm:inter_token_latency_seconds_count{engine=\"1\"} 20\n");
+  ASSERT_TRUE(v.recognized);
+  EXPECT_DOUBLE_EQ(v.signals.itl_sum_s, 2.0);
+  EXPECT_DOUBLE_EQ(v.signals.itl_count, 120);
+  auto old = map("vllm:num_requests_running 1\nvllm:time_per_output_token_seconds_sum 3\n"
+                 "vllm:time_per_output_token_seconds_count 60\n");
+  EXPECT_DOUBLE_EQ(old.signals.itl_sum_s, 3);
+  EXPECT_DOUBLE_EQ(old.signals.itl_count, 60);
+  auto sg = map("sglang:num_running_reqs 2\nsglang:inter_token_latency_seconds_sum 0.25\n"
+                "sglang:inter_token_latency_seconds_count 10\n", EngineKind::sglang);
+  EXPECT_DOUBLE_EQ(sg.signals.itl_sum_s, 0.25);
+  EXPECT_DOUBLE_EQ(sg.signals.itl_count, 10);
+  for (const char* bad : {"vllm:num_requests_running 1\n",
+                          "vllm:num_requests_running 1\nvllm:inter_token_latency_seconds_sum 2\n",
+                          "vllm:num_requests_running 1\nvllm:inter_token_latency_seconds_sum -2\n"
+                          "vllm:inter_token_latency_seconds_count 5\n",
+                          "vllm:num_requests_running 1\nvllm:inter_token_latency_seconds_sum NaN\n"
+                          "vllm:inter_token_latency_seconds_count 5\n"}) {
+    auto r = map(bad);
+    ASSERT_TRUE(r.recognized) << bad;
+    EXPECT_DOUBLE_EQ(r.signals.itl_sum_s, -1) << bad;
+    EXPECT_DOUBLE_EQ(r.signals.itl_count, -1) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace sluice

@@ -252,7 +252,9 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   EXPECT_DOUBLE_EQ(policy.decodes[0].tokens, 40.0);
   EXPECT_DOUBLE_EQ(policy.decodes[0].elapsed_ms, 790.0);
   EXPECT_DOUBLE_EQ(policy.decodes[0].expected_first_ms, 100.0);  // dispatched at 10, expected at 110
-  EXPECT_DOUBLE_EQ(policy.decodes[0].decoding, 2.0);
+  // Beside the batch's mean over its decode, not the batch at its end: w alone from 110 to s's first
+  // token at 150, both to 900.
+  EXPECT_NEAR(policy.decodes[0].decoding, (40.0 * 1 + 750.0 * 2) / 790.0, 1e-9);
   const EndpointLoad answered = load(ms(900));
   EXPECT_EQ(answered.prefill_requests, 0);
   EXPECT_EQ(answered.prefill_tokens, 0);
@@ -316,6 +318,54 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
   e.whole_answer = true;
   DispatchGuard ge = r.dispatch(e, r.rank(e, ms(10000))[0], ms(10000));
   EXPECT_EQ(load(ms(10500)).prefill_requests, 1);
+}
+
+// The engine's reported ITL (EngineSignals::itl_sum_s, itl_count: its histogram's sum and count) is
+// a sample of the endpoint's pace once its counters span a second: the gaps between tokens since the
+// span began, their sum in ms, beside the own decoders' mean over the span (a request decoding for
+// the last 900 ms of 1,000: 0.9) and the others running at its end. Counters that go back (an
+// engine restarted) begin a span; a scrape without them tells nothing.
+TEST(PoolRouterPicker, TheEnginesReportedItlIsASampleOfTheEndpointsPaceOverASecond) {
+  const Recorded rec = recording_pool();
+  RecordingPolicy& policy = *rec.policy;
+  PoolRouter& r = *rec.router;
+  const auto ms = [](int n) { return Time{std::chrono::milliseconds(n)}; };
+  const auto scrape = [&](int at, double sum_s, double count, double running = 0) {
+    EngineSignals sig;
+    sig.scraped_at = ms(at);
+    sig.running = running;
+    sig.itl_sum_s = sum_s;
+    sig.itl_count = count;
+    r.update_signals(0, sig);
+  };
+  scrape(0, 10.0, 400);  // the span begins
+  auto a = req_of(std::string(4000, 'a'), 500);
+  DispatchGuard ga = r.dispatch(a, r.rank(a, ms(50))[0], ms(50));
+  ga.on_first_token(ms(100));
+  scrape(500, 11.0, 440, 1);
+  EXPECT_TRUE(policy.decodes.empty());  // half a second
+  scrape(1000, 12.0, 500, 3);  // 2 others running besides a
+  ASSERT_EQ(policy.decodes.size(), 1u);
+  const DecodeSample& d = policy.decodes[0];
+  EXPECT_TRUE(d.engine);
+  EXPECT_FALSE(d.streamed);
+  EXPECT_DOUBLE_EQ(d.tokens, 100.0);
+  EXPECT_DOUBLE_EQ(d.elapsed_ms, 2000.0);
+  EXPECT_NEAR(d.decoding, 0.9, 1e-9);
+  EXPECT_DOUBLE_EQ(d.others, 2.0);
+  // The engine restarted (its counters went back): a span begins, and no sample spans the restart.
+  scrape(1500, 0.5, 20);
+  scrape(2400, 2.0, 80);
+  EXPECT_EQ(policy.decodes.size(), 1u);
+  scrape(2500, 2.5, 100);
+  ASSERT_EQ(policy.decodes.size(), 2u);
+  EXPECT_DOUBLE_EQ(policy.decodes[1].tokens, 80.0);
+  EXPECT_DOUBLE_EQ(policy.decodes[1].elapsed_ms, 2000.0);
+  EXPECT_NEAR(policy.decodes[1].decoding, 1.0, 1e-9);
+  // No counters reported (an engine without the histogram): nothing.
+  scrape(9000, -1, -1);
+  scrape(12000, -1, -1);
+  EXPECT_EQ(policy.decodes.size(), 2u);
 }
 
 // The metrics scrape's view of what the policy learned of each endpoint's speed (EndpointSnapshot::

@@ -297,6 +297,36 @@ TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
   ex = explain_idle(d, 2);
   EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
   EXPECT_NEAR(term_of(ex, 1, "pace"), 2.0, 0.2);
+
+  // The engines' own ITL (DecodeSample::engine: a second of their histogram beside the batch's mean
+  // and the others running there): endpoint 1's tokens take twice the model's ITL for 40 decoders;
+  // with engine_itl 0 they are not samples.
+  const auto engine_fed = [](SluicePolicy& q) {
+    DecodeSample e;
+    e.engine = true;
+    e.tokens = 1000;
+    e.decoding = 30;
+    e.others = 10;
+    e.kv_read = 30 * 3000;
+    const double per_token = sluice_batch_itl(SluiceParams{}, 40, 30 * 3000 + 10 * (512 + 128), 0).mean_ms;
+    for (int i = 0; i < 100; ++i) {
+      e.elapsed_ms = 1000 * per_token * (i % 2 ? 1.05 : 0.95);
+      q.on_decode_done(0, e, Time{});
+      e.elapsed_ms = 2 * 1000 * per_token * (i % 2 ? 1.05 : 0.95);
+      q.on_decode_done(1, e, Time{});
+    }
+  };
+  SluicePolicy g({}, PoolKind::chat);
+  engine_fed(g);
+  ex = explain_idle(g, 2);
+  EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
+  EXPECT_NEAR(term_of(ex, 1, "pace"), 2.0, 0.2);
+  PolicyParams off(std::map<std::string, double>{{"engine_itl", 0.0}});
+  SluicePolicy g0(SluiceParams::from(off), PoolKind::chat);
+  engine_fed(g0);
+  ex = explain_idle(g0, 2);
+  EXPECT_DOUBLE_EQ(term_of(ex, 1, "pace"), 1.0);
+  EXPECT_DOUBLE_EQ(term_of(ex, 1, "pace_samples"), 0.0);
 }
 
 // The ITL tested against the SLO is the model's times what decodes showed (header, the SLO): two
