@@ -421,11 +421,12 @@ TEST(FleetSim, TheWorkPriceKeepsAgentSessionsInTheSloNearCapacity) {
 // The sluice policy on 8 replicas, 4 of them 2x slower, seed 4, 3,000 requests of `workload` at
 // `rate` req/s: run as configured and again with the policy parameter `off` set to 0.
 std::pair<FleetResult, FleetResult> mixed_fleet_on_off(const std::string& workload, double rate, const char* off,
-                                                       int64_t num_blocks = 0) {
+                                                       int64_t num_blocks = 0, double whole_answers = 0) {
   FleetConfig c;
   c.replicas = 8;
   c.policy = "sluice";
   c.workload = workload;
+  c.whole_answers = whole_answers;
   if (num_blocks > 0) c.engine.num_blocks = num_blocks;
   c.slow_replicas = 4;
   c.slow_factor = 2;
@@ -457,6 +458,16 @@ TEST(FleetSim, ACostMixHoldsPastCapacityWhenItsDocumentsAreHeldToTheirTimeAlone)
   EXPECT_LT(off.figures.goodput_rps, 0.5 * on.figures.goodput_rps);
   EXPECT_LT(on.figures.reject_rate, 0.03);
   EXPECT_LT(on.figures.reject_rate, off.figures.reject_rate);
+}
+
+// The engines' own ITL as the pace's samples (sluice_policy.h, pace): with no request streamed, a
+// half-slow fleet's slow replicas showed the policy nothing until their first whole answers (~20
+// s), and were priced as fast meanwhile: at 200 req/s of the hot prefix, past capacity, they served
+// at ~2x the ITL SLO (seeds 4-6: goodput 56-60 with the engines' ITL, 42-44 without).
+TEST(FleetSim, AHalfSlowFleetWithoutStreamsIsPricedFromTheEnginesItl) {
+  const auto [on, off] = mixed_fleet_on_off("hot_prefix", 200, "engine_itl", 0, 1.0);
+  EXPECT_GT(on.figures.goodput_rps, 50.0);
+  EXPECT_LT(off.figures.goodput_rps, 0.85 * on.figures.goodput_rps);
 }
 
 // The hot-prefix probe counts the replicas whose KV holds the hot prefix: round robin copies it onto

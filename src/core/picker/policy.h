@@ -115,6 +115,7 @@ struct DecodeSample {
   double tokens = 0, elapsed_ms = 0, decoding = 0, kv_read = 0;
   double kv_usage = 0;
   double prefilled = 0;
+  double prefilled_pairs = 0;  // their attention pairs (the engine's samples)
   bool streamed = false;
   // Requests decoding there besides this gateway's own at the sample (its peers', and other
   // clients': the fresh scrape's less what was the gateways'), as a ranking counts them: the batch

@@ -206,6 +206,7 @@ class PoolRouter {
     // The own prefill tokens done here so far (queue heads past their first token, whole answers
     // moved on): a streamed decode's sample counts the prefill its steps carried (DecodeSample).
     double prefilled = 0;
+    double prefilled_pairs = 0;  // and their attention pairs (the engine's ITL samples)
     // The front's time as the head is known (it became the head at a dispatch onto an empty queue,
     // or at a streamed request's first token or ending): only then is its own first token a sample
     // of the endpoint's pace.
@@ -235,6 +236,7 @@ class PoolRouter {
     struct EngineItl {
       double sum_s = -1, count = -1;
       BatchArea area;
+      double prefilled = 0, prefilled_pairs = 0;  // Endpoint::prefilled, prefilled_pairs then
     } engine_itl;
   };
   // The guard's share off its endpoint's accounting; its streamed decode's sample first (on_stream_end).

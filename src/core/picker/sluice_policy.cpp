@@ -760,12 +760,14 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
   if (!(s.elapsed_ms >= 0) || !(s.tokens >= 1) || s.kv_usage >= params_.kv_risk_start) return;
   const double others = std::max(0.0, s.others);
   const double model =
-      s.engine     ? s.tokens * sluice_batch_itl(params_, s.decoding + others, s.kv_read + others * (mean_prompt_ + mean_output_ / 2), duty_).mean_ms
+      s.engine     ? s.tokens * (step_base(params_, s.decoding + others) +
+                                 params_.gamma_ms * (s.kv_read + others * (mean_prompt_ + mean_output_ / 2))) +
+                         (s.decoding + others) * (params_.beta_ms * s.prefilled + params_.eps_ms * s.prefilled_pairs)
       : s.streamed ? s.tokens * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) + params_.beta_ms * s.prefilled
                    : s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
   if (!(model > 0)) return;
   if (s.engine) {
-    if (params_.engine_itl > 0) note_pace(endpoint, 3 * kPaceBins, s.elapsed_ms, model, now);
+    if (params_.engine_itl > 0) note_pace(endpoint, 3 * kPaceBins, std::clamp(s.elapsed_ms, model * std::exp(-2.0), model * std::exp(2.0)), model, now);
     return;
   }
   note_pace(endpoint, (s.streamed ? 2 : 1) * kPaceBins + pace_bin(model), s.elapsed_ms, model, now);

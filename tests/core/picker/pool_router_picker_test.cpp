@@ -321,11 +321,13 @@ TEST(PoolRouterPicker, AWholeAnswerLeavesThePrefillQueueWhenItsFirstTokenIsExpec
 }
 
 // The engine's reported ITL (EngineSignals::itl_sum_s, itl_count: its histogram's sum and count) is
-// a sample of the endpoint's pace once its counters span a second: the gaps between tokens since the
-// span began, their sum in ms, beside the own decoders' mean over the span (a request decoding for
-// the last 900 ms of 1,000: 0.9) and the others running at its end. Counters that go back (an
-// engine restarted) begin a span; a scrape without them tells nothing.
-TEST(PoolRouterPicker, TheEnginesReportedItlIsASampleOfTheEndpointsPaceOverASecond) {
+// a sample of the endpoint's pace once its counters span a quarter second: the gaps between tokens
+// since the span began, their sum in ms, beside the own decoders' mean over the span (a request
+// decoding for the last 200 ms of 300: 2/3), the others running at its end, and the own prefill
+// done meanwhile (its tokens and attention pairs). A span in which the own decoders made fewer than
+// two tokens each (a replica filling up) is none; counters that go back (an engine restarted)
+// begin a span; a scrape without them tells nothing.
+TEST(PoolRouterPicker, TheEnginesReportedItlIsASampleOfTheEndpointsPace) {
   const Recorded rec = recording_pool();
   RecordingPolicy& policy = *rec.policy;
   PoolRouter& r = *rec.router;
@@ -339,29 +341,35 @@ TEST(PoolRouterPicker, TheEnginesReportedItlIsASampleOfTheEndpointsPaceOverASeco
     r.update_signals(0, sig);
   };
   scrape(0, 10.0, 400);  // the span begins
-  auto a = req_of(std::string(4000, 'a'), 500);
+  auto a = req_of(std::string(4000, 'a'), 500);  // 1000 tokens
   DispatchGuard ga = r.dispatch(a, r.rank(a, ms(50))[0], ms(50));
   ga.on_first_token(ms(100));
-  scrape(500, 11.0, 440, 1);
-  EXPECT_TRUE(policy.decodes.empty());  // half a second
-  scrape(1000, 12.0, 500, 3);  // 2 others running besides a
+  scrape(200, 10.5, 410, 1);
+  EXPECT_TRUE(policy.decodes.empty());  // 200 ms
+  scrape(300, 11.0, 440, 3);  // 2 others running besides a
   ASSERT_EQ(policy.decodes.size(), 1u);
   const DecodeSample& d = policy.decodes[0];
   EXPECT_TRUE(d.engine);
   EXPECT_FALSE(d.streamed);
-  EXPECT_DOUBLE_EQ(d.tokens, 100.0);
-  EXPECT_DOUBLE_EQ(d.elapsed_ms, 2000.0);
-  EXPECT_NEAR(d.decoding, 0.9, 1e-9);
+  EXPECT_DOUBLE_EQ(d.tokens, 40.0);
+  EXPECT_DOUBLE_EQ(d.elapsed_ms, 1000.0);
+  EXPECT_NEAR(d.decoding, 2.0 / 3.0, 1e-9);
   EXPECT_DOUBLE_EQ(d.others, 2.0);
-  // The engine restarted (its counters went back): a span begins, and no sample spans the restart.
-  scrape(1500, 0.5, 20);
-  scrape(2400, 2.0, 80);
+  EXPECT_DOUBLE_EQ(d.prefilled, 1000.0);
+  EXPECT_DOUBLE_EQ(d.prefilled_pairs, 1000.0 * 500.0);
+  // One token for the one decoder in 300 ms: no sample.
+  scrape(600, 11.1, 441, 3);
   EXPECT_EQ(policy.decodes.size(), 1u);
-  scrape(2500, 2.5, 100);
+  // The engine restarted (its counters went back): a span begins, and no sample spans the restart.
+  scrape(700, 0.5, 20);
+  scrape(900, 1.0, 40);
+  EXPECT_EQ(policy.decodes.size(), 1u);
+  scrape(1000, 2.5, 100);
   ASSERT_EQ(policy.decodes.size(), 2u);
   EXPECT_DOUBLE_EQ(policy.decodes[1].tokens, 80.0);
   EXPECT_DOUBLE_EQ(policy.decodes[1].elapsed_ms, 2000.0);
   EXPECT_NEAR(policy.decodes[1].decoding, 1.0, 1e-9);
+  EXPECT_DOUBLE_EQ(policy.decodes[1].prefilled, 0.0);
   // No counters reported (an engine without the histogram): nothing.
   scrape(9000, -1, -1);
   scrape(12000, -1, -1);

@@ -298,9 +298,10 @@ TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
   EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);
   EXPECT_NEAR(term_of(ex, 1, "pace"), 2.0, 0.2);
 
-  // The engines' own ITL (DecodeSample::engine: a second of their histogram beside the batch's mean
-  // and the others running there): endpoint 1's tokens take twice the model's ITL for 40 decoders;
-  // with engine_itl 0 they are not samples.
+  // The engines' own ITL (DecodeSample::engine: a span of their histogram beside the own batch's
+  // mean, the others running there at the mean context, and the prefill done meanwhile, which
+  // delays every decoder): endpoint 1's tokens take twice the model's for 40 decoders; with
+  // engine_itl 0 they are not samples.
   const auto engine_fed = [](SluicePolicy& q) {
     DecodeSample e;
     e.engine = true;
@@ -308,11 +309,15 @@ TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
     e.decoding = 30;
     e.others = 10;
     e.kv_read = 30 * 3000;
-    const double per_token = sluice_batch_itl(SluiceParams{}, 40, 30 * 3000 + 10 * (512 + 128), 0).mean_ms;
+    e.prefilled = 4000;
+    e.prefilled_pairs = 4000.0 * 2000;
+    // step(40, K) = c0 + W + delta 40 + gamma K, the others at 512 + 256 / 2 (the initial means),
+    // and 40 decoders each delayed by beta 4000 + eps 8e6.
+    const double model = 1000 * (2 + 5.5 + 0.02 * 40 + 5e-5 * (30 * 3000 + 10 * (512 + 128))) + 40 * (0.022 * 4000 + 1.5e-6 * 8e6);
     for (int i = 0; i < 100; ++i) {
-      e.elapsed_ms = 1000 * per_token * (i % 2 ? 1.05 : 0.95);
+      e.elapsed_ms = model * (i % 2 ? 1.05 : 0.95);
       q.on_decode_done(0, e, Time{});
-      e.elapsed_ms = 2 * 1000 * per_token * (i % 2 ? 1.05 : 0.95);
+      e.elapsed_ms = 2 * model * (i % 2 ? 1.05 : 0.95);
       q.on_decode_done(1, e, Time{});
     }
   };
