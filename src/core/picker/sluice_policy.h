@@ -42,14 +42,19 @@
 //         model: its tokens at step(B, K) of the batch at its end, plus beta for each own prefill
 //         token done there meanwhile; DecodeSample::streamed), a whole answer's decode (below), or
 //         the engine's own ITL (DecodeSample::engine; engine_itl 1, the default; 0: not a sample):
-//         its inter-token latency histogram's sum and count (vLLM's, SGLang's), scraped, over a span
-//         of a second (PoolRouter::engine_itl_sample), every request's tokens there against the
-//         model's ITL for the batch: the own decoders' mean over the span and the others running at
-//         its end, at the mean context; in a bin of its own. The engine sees every token as it is
-//         made, streamed or not: with no request streamed, a half-slow fleet was priced uniform for
-//         the ~20 s its first whole answers took, and its slow replicas then served at twice the
-//         ITL SLO (mixed fleet, whole answers, hot prefix at 200 req/s: 41 of a 70 req/s peak;
-//         59-60 with it; bench/results/README.md, round 40).
+//         its inter-token latency histogram's sum and count (vLLM's, SGLang's), scraped, over spans
+//         of a quarter second (PoolRouter::engine_itl_sample), every request's tokens there against
+//         the model's: their steps at the batch (the own decoders' mean over the span, the others
+//         running at its end at the mean context) plus the prefill done there meanwhile, which
+//         delays every decoder (B x (beta U + eps pairs) of the own prefills); in a bin of its own.
+//         (The batch ITL at the pool's prefill duty instead read a replica that took more cold
+//         prefills than the pool as slow, and a hot prefix's surge copies were kept.) A span whose
+//         decoders made fewer than two tokens each is none (a replica filling up: its prefills ran
+//         beside no decoders). The engine sees every token as it is made, streamed or not: with no
+//         request streamed, a half-slow fleet was priced uniform for the ~20 s its first whole
+//         answers took, and its slow replicas then served at twice the ITL SLO (mixed fleet, whole
+//         answers, hot prefix at 200 req/s, seed 52: 42 req/s of goodput of a 70 peak; 58 with it;
+//         bench/results/README.md, round 40).
 //         Each sample x = log(observed / model) is fitted as a_e + m_b: the endpoint's effect
 //         (log R) plus its bin's (kind, and a doubling of the modelled ms), what the model misses
 //         for every endpoint at that size (the step in progress when a short prefill comes,
