@@ -460,6 +460,37 @@ class TestSlowReplica(FaultTest):
         expected first token to the answer, against their tokens) are the samples of the pace."""
         self.check_slow_replica_gets_less(stream=False, max_tokens=32)
 
+    def test_the_engines_itl_prices_the_slow_replica_before_its_answers(self):
+        """The engines' own inter-token latency histogram (`vllm:inter_token_latency_seconds`, scraped)
+        is a sample of their pace every quarter second: long whole answers on all three replicas, and
+        the slow one is priced slower (`sluice_endpoint_pace_ratio` over 1.5) while its answers are
+        still being made; with `engine_itl: 0` it stays 1 until they come."""
+        peaks = {}
+        for engine_itl in (1, 0):
+            self.start_gateway(policy="sluice", extra_pool=f"    policy_params: {{engine_itl: {engine_itl}}}")
+            slow = self.replicas[2].port
+            picks_before = self.gw.endpoint_value("sluice_picks_total", slow) or 0
+            results = []
+            threads = [threading.Thread(target=lambda: results.append(send(self.gw.port, False, 400, 0, 30)), daemon=True)
+                       for _ in range(9)]
+            for t in threads:
+                t.start()
+            peak, deadline = 1.0, time.time() + 4
+            while time.time() < deadline and len(results) < 9:
+                peak = max(peak, self.gw.endpoint_value("sluice_endpoint_pace_ratio", slow) or 1.0)
+                time.sleep(0.1)
+            slow_picks = (self.gw.endpoint_value("sluice_picks_total", slow) or 0) - picks_before
+            for t in threads:
+                t.join(40)
+            self.assert_all_accounted(results, 40)
+            self.assertGreater(slow_picks, 0, "the slow replica got none of the nine")
+            peaks[engine_itl] = peak
+            self.gw.stop()
+            self.gw = None
+        print(f"slow replica's pace within 4 s of long whole answers: {peaks}")
+        self.assertGreater(peaks[1], 1.5, peaks)
+        self.assertLess(peaks[0], 1.2, peaks)
+
     def check_slow_replica_gets_less(self, stream, max_tokens):
         self.start_gateway(policy="sluice")
         slow = self.replicas[2]
