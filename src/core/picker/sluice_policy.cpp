@@ -758,18 +758,25 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
       note_itl(endpoint, std::log(s.elapsed_ms / s.tokens / model), now);
   }
   if (!(s.elapsed_ms >= 0) || !(s.tokens >= 1) || s.kv_usage >= params_.kv_risk_start) return;
-  const double others = std::max(0.0, s.others);
-  const double model =
-      s.engine     ? s.tokens * (step_base(params_, s.decoding + others) +
-                                 params_.gamma_ms * (s.kv_read + others * (mean_prompt_ + mean_output_ / 2))) +
-                         (s.decoding + others) * (params_.beta_ms * s.prefilled + params_.eps_ms * s.prefilled_pairs)
-      : s.streamed ? s.tokens * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) + params_.beta_ms * s.prefilled
-                   : s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
-  if (!(model > 0)) return;
   if (s.engine) {
-    if (params_.engine_itl > 0) note_pace(endpoint, 3 * kPaceBins, std::clamp(s.elapsed_ms, model * std::exp(-2.0), model * std::exp(2.0)), model, now);
+    // The engine's tokens (header, pace): their steps at the batch, plus the span's prefill, which
+    // delays every decoder there. Where that prefill outweighs the steps, the sample is mostly the
+    // assumption that every decoder waited for all of it (a long prefill that ran beside few
+    // decoders, or before they came: read as a pace of ~0.4), not the pace: none. A ratio past e^+-2
+    // is taken as e^+-2 (as the ITL calibration's): a garbled histogram is not a pace.
+    const double others = std::max(0.0, s.others), batch = s.decoding + others;
+    const double steps = s.tokens * (step_base(params_, batch) +
+                                     params_.gamma_ms * (s.kv_read + others * (mean_prompt_ + mean_output_ / 2)));
+    const double prefill = batch * (params_.beta_ms * s.prefilled + params_.eps_ms * s.prefilled_pairs);
+    if (params_.engine_itl > 0 && steps > 0 && prefill <= steps) {
+      const double model = steps + prefill;
+      note_pace(endpoint, 3 * kPaceBins, std::clamp(s.elapsed_ms, model * std::exp(-2.0), model * std::exp(2.0)), model, now);
+    }
     return;
   }
+  const double model = s.streamed ? s.tokens * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) + params_.beta_ms * s.prefilled
+                                  : s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
+  if (!(model > 0)) return;
   note_pace(endpoint, (s.streamed ? 2 : 1) * kPaceBins + pace_bin(model), s.elapsed_ms, model, now);
 }
 
