@@ -55,7 +55,7 @@
 //         agent's placements: whole answers, seed 40, 20 req/s, TTFT p90 33 -> 99 ms). The engine sees every token as it is made, streamed or not: with no
 //         request streamed, a half-slow fleet was priced uniform for the ~20 s its first whole
 //         answers took, and its slow replicas then served at twice the ITL SLO (mixed fleet, whole
-//         answers, hot prefix at 200 req/s, seed 52: 42 req/s of goodput of a 70 peak; 58 with it;
+//         answers, hot prefix at 200 req/s, seed 52: 42 req/s of goodput of a 70 peak; 56 with it;
 //         bench/results/README.md, round 40).
 //         Each sample x = log(observed / model) is fitted as a_e + m_b: the endpoint's effect
 //         (log R) plus its bin's (kind, and a doubling of the modelled ms), what the model misses
