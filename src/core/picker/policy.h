@@ -124,9 +124,10 @@ struct DecodeSample {
   // A whole answer's: the ms from its dispatch to the first token it was expected at (its decode is
   // timed from there, so that estimate's error is in elapsed_ms).
   double expected_first_ms = 0;
-  // The engine's own: its ITL histogram over a span of about a second (EngineSignals::itl_sum_s,
-  // itl_count): `tokens` gaps of `elapsed_ms` in all, every request's, beside its mean batch over
-  // the span (the own decoders' mean, and the others running at its end).
+  // The engine's own: its ITL histogram over a span of at least a quarter second
+  // (EngineSignals::itl_sum_s, itl_count): `tokens` gaps of `elapsed_ms` in all, every request's,
+  // beside its mean batch over the span (the own decoders' mean, and the others running at its
+  // end) and the own prefill done there meanwhile (`prefilled`, `prefilled_pairs`).
   bool engine = false;
 };
 

@@ -157,8 +157,9 @@ DispatchGuard PoolRouter::dispatch(const PickRequest& req, const Candidate& chos
 
 DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidate& chosen, Time now) {
   DispatchGuard g;
-  advance_batch_area(endpoints_.at(chosen.endpoint), now);
-  auto& load = endpoints_.at(chosen.endpoint).load;
+  Endpoint& ep = endpoints_.at(chosen.endpoint);
+  advance_batch_area(ep, now);
+  auto& load = ep.load;
   g.router_ = this;
   g.endpoint_ = chosen.endpoint;
   g.prefill_ = std::max<int64_t>(0, req.input_tokens - chosen.predicted_cached_tokens);
@@ -176,7 +177,6 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   load.predicted_cached_tokens_total += std::max<int64_t>(0, chosen.predicted_cached_tokens);
   load.prefill_tokens += g.prefill_;
   g.seq_ = next_seq_++;
-  Endpoint& ep = endpoints_[chosen.endpoint];
   const bool head = ep.prefill_fifo.empty();
   // A whole answer's first token is never seen; an embedding's answer is its prefill.
   ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding, g.decode_, now});
@@ -363,8 +363,7 @@ void PoolRouter::release(const DispatchGuard& g) {
   const uint64_t seq = g.seq_;
   std::lock_guard lock(mu_);
   Endpoint& ep = endpoints_[g.endpoint_];
-  advance_batch_area(ep, last_now_);
-  settle_whole(ep, seq);
+  settle_whole(ep, seq);  // (the batch area advanced to last_now_ first)
   // A streamed decode that ended complete: from its first token to its last, its tokens after the
   // first (one per step) beside the batch as it is now, and the own prefill its steps carried.
   if (decoding && g.decode_since_ != Time::min() && g.stream_end_ > g.decode_since_ && g.streamed_ >= 2) {
@@ -391,7 +390,6 @@ double PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs
   std::lock_guard lock(mu_);
   last_now_ = std::max(last_now_, now);
   Endpoint& ep = endpoints_[endpoint];
-  advance_batch_area(ep, last_now_);
   settle_whole(ep, seq, now, whole_tokens);  // its own tokens follow (DispatchGuard::on_tokens)
   // The head's first token, at a known time: how long it was the head is its prefill's pace here.
   if (sample && ep.head_known && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq &&
@@ -448,17 +446,17 @@ void PoolRouter::engine_itl_sample(Endpoint& ep, size_t endpoint, Time now) {
     return;
   }
   if (now - e.area.at < kEngineItlSpan) return;
-  // A span in which the own decoders made fewer than two tokens each holds mostly the steps before
-  // they began (a replica filling up: its prefills ran beside no decoders, and read as a fast pace):
-  // no sample.
-  const double span_ms = to_millis(ep.area.at - e.area.at);
-  const double own_mean = span_ms > 0 ? (ep.area.decoding_ms - e.area.decoding_ms) / span_ms : 0.0;
-  if (count - e.count >= std::max(1.0, 2 * own_mean) && sum_s > e.sum_s) {
+  if (count - e.count >= 1 && sum_s > e.sum_s) {
     DecodeSample d = decode_sample(ep, count - e.count, (sum_s - e.sum_s) * 1000.0, now, &e.area);
-    d.engine = true;
-    d.prefilled = std::max(0.0, ep.prefilled - e.prefilled);
-    d.prefilled_pairs = std::max(0.0, ep.prefilled_pairs - e.prefilled_pairs);
-    policy_->on_decode_done(endpoint, d, now);
+    // A span in which the own decoders (their mean over it) made fewer than two tokens each holds
+    // mostly the steps before they began (a replica filling up: its prefills ran beside no
+    // decoders, and read as a fast pace): no sample.
+    if (d.tokens >= 2 * d.decoding) {
+      d.engine = true;
+      d.prefilled = std::max(0.0, ep.prefilled - e.prefilled);
+      d.prefilled_pairs = std::max(0.0, ep.prefilled_pairs - e.prefilled_pairs);
+      policy_->on_decode_done(endpoint, d, now);
+    }
   }
   e = {sum_s, count, ep.area, ep.prefilled, ep.prefilled_pairs};
 }

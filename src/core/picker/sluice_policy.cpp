@@ -746,11 +746,11 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
   // decode outlasts its first token's estimate, its own ITL against the model's for the batch it
   // ended in (at the endpoint's pace), KV pressure included (its waits and preemptions are what the
   // SLO test must see).
+  // The batch as a ranking counts it: the others' contexts at the mean context (evaluate()).
+  PrefillSample batch;
+  batch.decoding = s.decoding + std::max(0.0, s.others);
+  batch.kv_read = s.kv_read + std::max(0.0, s.others) * (mean_prompt_ + mean_output_ / 2);
   if (params_.itl_calibration > 0 && !s.engine && s.tokens >= 1 && s.elapsed_ms > 0 && std::isfinite(s.elapsed_ms)) {
-    // The batch as a ranking counts it: the others' contexts at the mean context (evaluate()).
-    PrefillSample batch;
-    batch.decoding = s.decoding + std::max(0.0, s.others);
-    batch.kv_read = s.kv_read + std::max(0.0, s.others) * (mean_prompt_ + mean_output_ / 2);
     const double model = expected_itl_ms(endpoint, batch);
     // A whole answer only where its decode is expected to last at least as long as the span its
     // first token was estimated over (that estimate's error is in its elapsed_ms).
@@ -764,10 +764,8 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
     // assumption that every decoder waited for all of it (a long prefill that ran beside few
     // decoders, or before they came: read as a pace of ~0.4), not the pace: none. A ratio past e^+-2
     // is taken as e^+-2 (as the ITL calibration's): a garbled histogram is not a pace.
-    const double others = std::max(0.0, s.others), batch = s.decoding + others;
-    const double steps = s.tokens * (step_base(params_, batch) +
-                                     params_.gamma_ms * (s.kv_read + others * (mean_prompt_ + mean_output_ / 2)));
-    const double prefill = batch * (params_.beta_ms * s.prefilled + params_.eps_ms * s.prefilled_pairs);
+    const double steps = s.tokens * (step_base(params_, batch.decoding) + params_.gamma_ms * batch.kv_read);
+    const double prefill = batch.decoding * (params_.beta_ms * s.prefilled + params_.eps_ms * s.prefilled_pairs);
     if (params_.engine_itl > 0 && steps > 0 && prefill <= steps) {
       const double model = steps + prefill;
       note_pace(endpoint, 3 * kPaceBins, std::clamp(s.elapsed_ms, model * std::exp(-2.0), model * std::exp(2.0)), model, now);
