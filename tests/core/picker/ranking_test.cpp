@@ -48,11 +48,15 @@ TEST(RankingTest, MatchesTheThreeWayComparisonOnRandomKeys) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 400; ++round) {
     const size_t n = rng() % 140;  // empty, one, and pools wider than 64
-    // Few distinct scores in some rounds (ties decided by the tie key), continuous ones in others.
-    const bool coarse = round % 2 == 0;
+    // Few distinct scores in some rounds (ties decided by the tie key), continuous ones in others,
+    // and in others scores a few ulps apart (RankOrder's cut keys equal, the whole keys not).
+    const int mode = round % 3;
+    const double base = -250.0 - static_cast<double>(rng() % 3);
     std::vector<RankKey> keys;
     for (size_t i = 0; i < n; ++i) {
-      double score = coarse ? static_cast<double>(rng() % 5) - 2.0 : std::ldexp(static_cast<double>(rng() % 1000000) - 5e5, -7);
+      double score = mode == 0   ? static_cast<double>(rng() % 5) - 2.0
+                     : mode == 1 ? std::ldexp(static_cast<double>(rng() % 1000000) - 5e5, -7)
+                                 : base + std::ldexp(base, -52) * static_cast<double>(rng() % 200);
       if (rng() % 17 == 0) score = -1e12 - static_cast<double>(rng() % 100);  // misses its SLO
       if (score == 0 && rng() % 2) score = -0.0;
       const uint64_t saturated = rng() % 9 == 0 ? uint64_t{1} << 63 : 0;
