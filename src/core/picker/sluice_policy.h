@@ -98,9 +98,12 @@
 //         streamed, 22 of 90 checked rates were lost (held-out seeds at 8 and 32 replicas; 0 with
 //         it; bench/results/README.md, round 36).
 //
-//   ttft_ms = max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K) + eps (Q2 + U (C + U / 2)),
-//             n = max(1, ceil((Q + U) / chunk)): the steps until this prefill is done (queue,
-//             decode interleaved, our own uncached prefill and its attention)
+//   ttft_ms = [D > 0] step(D, K) / 2 + max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K)
+//             + eps (Q2 + U (C + U / 2)),
+//             n = max(1, ceil((Q + U) / chunk)): the rest of the decode step in progress (an engine
+//             schedules an arrival from its next step on; half a step on average), then the steps
+//             until this prefill is done (queue, decode interleaved, our own uncached prefill and
+//             its attention)
 //   The default (decode_price 2, SLO-priced): decode, the slowdown of the batch and the stall of the
 //   decoders are priced by the expected lag behind the ITL SLO's pace, the ITL being uncertain; the
 //   TTFT terms stay in plain ms. The goodput SLO and the TTFT percentile are what is measured: a token

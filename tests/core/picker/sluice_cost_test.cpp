@@ -82,10 +82,35 @@ TEST(SluiceCost, TtftCountsTheQueueTheDecodersAndTheirKvRead) {
   in.decoding = 100;
   in.kv_read = 1e6;  // every one of the 3 steps also reads the decoders' KV
   const double with_decode = sluice_cost(kP, in).ttft_ms;
-  EXPECT_NEAR(with_decode - queued, 0.022 * 300 + 3 * (0.02 * 100 + 5e-5 * 1e6), 1e-9);
+  // ... and it first waits out the rest of the decode step in progress, half of one on average:
+  // (max(W, beta D) + C0 + delta D + gamma K) / 2.
+  const double in_progress = 0.5 * (std::max(5.5, 0.022 * 100) + 2.0 + 0.02 * 100 + 5e-5 * 1e6);
+  EXPECT_NEAR(with_decode - queued, 0.022 * 300 + 3 * (0.02 * 100 + 5e-5 * 1e6) + in_progress, 1e-9);
   in.cached = 800;  // a cached prefix removes its prefill (the attention over it remains)
   EXPECT_LT(sluice_cost(kP, in).ttft_ms, with_decode - 0.022 * 700);
   EXPECT_GT(idle, 0);
+}
+
+// The step in progress: with decoders running, a request arriving at a random time waits out the
+// rest of the current step (half of it on average) before its prefill's first step; an idle engine
+// starts it at once. The same with a queue ahead (the head's progress is counted apart).
+TEST(SluiceCost, TtftWaitsOutHalfTheDecodeStepInProgress) {
+  SluiceInputs in;
+  in.input = 500;
+  in.output = 10;
+  in.capacity_tokens = 432000;
+  const double idle = sluice_cost(kP, in).ttft_ms;
+  EXPECT_NEAR(idle, 0.022 * 500 + 2.0 + 1.5e-6 * 500 * 250, 1e-9);  // one step: max(W, beta U) + C0 + attention
+  in.decoding = 8;
+  in.kv_read = 40000;
+  const double step = std::max(5.5, 0.022 * 8) + 2.0 + 0.02 * 8 + 5e-5 * 40000;  // step(D, K)
+  // Its own step also carries the decoders (delta D + gamma K, and beta D under the W floor).
+  const double own = std::max(5.5, 0.022 * 508) + 2.0 + 0.02 * 8 + 5e-5 * 40000 + 1.5e-6 * 500 * 250;
+  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms, step / 2 + own, 1e-9);
+  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms - idle, step / 2 + (own - idle), 1e-9);
+  in.queue_tokens = 9000;  // 9,500 tokens: two chunked steps of 8,192
+  EXPECT_NEAR(sluice_cost(kP, in).ttft_ms,
+              step / 2 + 0.022 * (9500 + 2 * 8) + 2 * (2.0 + 0.02 * 8 + 5e-5 * 40000) + 1.5e-6 * 500 * 250, 1e-9);
 }
 
 TEST(SluiceCost, DecodeRunsAtTheBatchItJoins) {
@@ -857,9 +882,10 @@ TEST(SluiceCost, FollowupsPayTheEndpointsDecodeAndOneStepEach) {
   EXPECT_EQ(none.followup_ms, 0);
   in.followups = 3;
   const SluiceCost c = sluice_cost(kPlain, in);
-  // One step of the batch: max(W, beta D) + C0 + delta D + gamma K.
+  // One step of the batch, max(W, beta D) + C0 + delta D + gamma K, after the rest of the step in
+  // progress when it arrives (half of one).
   const double step = std::max(5.5, 0.022 * 30) + 2 + 0.02 * 30 + 5e-5 * 300000;
-  EXPECT_NEAR(c.followup_ms, 3 * (none.decode_ms + none.interference_ms + step), 1e-9);
+  EXPECT_NEAR(c.followup_ms, 3 * (none.decode_ms + none.interference_ms + 1.5 * step), 1e-9);
   EXPECT_GT(none.decode_ms + none.interference_ms, 0);
   EXPECT_NEAR(c.total(), none.total() + c.followup_ms, 1e-9);
   // The other terms are this request's own, unchanged.
