@@ -98,10 +98,14 @@ struct HotPrefix {
 // before it, to its own first token) with `tokens` uncached tokens and `pairs` attention pairs, while
 // `decoding` of the own requests decoded there, reading `kv_read` context tokens, and `behind`
 // uncached tokens of the own requests queued behind it (which the engine schedules into the same
-// steps, up to its token budget), and the KV usage last scraped.
+// steps, up to its token budget), and the KV usage last scraped. `mid_step`: it became the head at
+// its dispatch while own requests decoded there, so a step was in progress and it waited for the
+// next (an engine schedules an arrival from its next step on); a head after another's first token
+// starts at a step's end.
 struct PrefillSample {
   double tokens = 0, pairs = 0, elapsed_ms = 0, decoding = 0, kv_read = 0, behind = 0;
   double kv_usage = 0;  // the endpoint's KV usage as last scraped (0 when unknown)
+  bool mid_step = false;
 };
 
 // One whole answer's decode as the gateway modelled it (PoolRouter::settle_whole): from its

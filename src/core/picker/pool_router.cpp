@@ -178,9 +178,11 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   load.prefill_tokens += g.prefill_;
   g.seq_ = next_seq_++;
   const bool head = ep.prefill_fifo.empty();
+  // Own requests decoding there (it is counted in flight and prefilling both).
+  const bool mid_step = head && ep.load.in_flight > ep.load.prefill_requests;
   // A whole answer's first token is never seen; an embedding's answer is its prefill.
   ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding, g.decode_, now});
-  if (head) set_head(ep, now, true);
+  if (head) set_head(ep, now, true, mid_step);
   last_now_ = std::max(last_now_, now);
   load.decode_tokens += g.decode_;
   load.assigned_since_scrape += 1;
@@ -267,15 +269,17 @@ void PoolRouter::leave_prefill_queue(Endpoint& ep, std::deque<Endpoint::Pending>
   set_head(ep, now, known && !whole);
 }
 
-void PoolRouter::set_head(Endpoint& ep, Time since, bool known) {
+void PoolRouter::set_head(Endpoint& ep, Time since, bool known, bool mid_step) {
   const auto& fifo = ep.prefill_fifo;
   ep.load.prefill_head_tokens = fifo.empty() ? 0 : fifo.front().tokens;
   ep.load.prefill_head_pairs = fifo.empty() ? 0.0 : fifo.front().pairs;
   ep.load.prefill_head_since = since;
   ep.head_known = known;
+  ep.head_mid_step = mid_step;
   ep.head_done_at = Time::max();
   if (fifo.empty() || !fifo.front().whole) return;
   PrefillSample head = own_batch(ep);
+  head.mid_step = mid_step;
   head.tokens = static_cast<double>(std::max<int64_t>(0, fifo.front().tokens));
   head.pairs = std::max(0.0, fifo.front().pairs);
   head.behind = static_cast<double>(std::max<int64_t>(0, ep.load.prefill_tokens - fifo.front().tokens));
@@ -395,6 +399,7 @@ double PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs
   if (sample && ep.head_known && !ep.prefill_fifo.empty() && ep.prefill_fifo.front().seq == seq &&
       now > ep.load.prefill_head_since) {
     PrefillSample s = own_batch(ep);
+    s.mid_step = ep.head_mid_step;
     s.tokens = static_cast<double>(std::max<int64_t>(0, prefill));
     s.pairs = std::max(0.0, pairs);
     s.elapsed_ms = to_millis(now - ep.load.prefill_head_since);

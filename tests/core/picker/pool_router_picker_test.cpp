@@ -97,6 +97,7 @@ TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
   EXPECT_DOUBLE_EQ(policy.samples[0].sample.behind, 700.0);  // b and c
   EXPECT_DOUBLE_EQ(policy.samples[0].sample.decoding, 0.0);
   EXPECT_DOUBLE_EQ(policy.samples[0].sample.kv_read, 1700.0);
+  EXPECT_FALSE(policy.samples[0].sample.mid_step);  // it came to an idle endpoint
   gc.on_first_token(ms(120));  // out of order: c was not the head
   EXPECT_EQ(policy.samples.size(), 1u);
   gb.on_first_token(ms(150));  // the head since a's first token
@@ -105,6 +106,7 @@ TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
   EXPECT_DOUBLE_EQ(policy.samples[1].sample.tokens, 500.0);
   EXPECT_DOUBLE_EQ(policy.samples[1].sample.behind, 0.0);
   EXPECT_DOUBLE_EQ(policy.samples[1].sample.decoding, 2.0);  // a and c decode
+  EXPECT_FALSE(policy.samples[1].sample.mid_step);  // the head from a's first token, a step's end
   DispatchGuard gd = r.dispatch(a, r.rank(a, ms(200))[0], ms(200));
   gd.on_tokens(1);  // its first token at no known time
   EXPECT_EQ(policy.samples.size(), 2u);
@@ -112,6 +114,13 @@ TEST(PoolRouterPicker, EachPrefillHeadsFirstTokenIsASampleOfTheEndpointsPace) {
   ge.on_whole_answer(ms(900), 0);  // a whole answer: its decode is in the time too
   EXPECT_EQ(policy.samples.size(), 2u);
   EXPECT_EQ(r.snapshot(ms(900))[0].load.prefill_requests, 0);  // the accounting moved on all the same
+  // Dispatched onto the empty queue while own requests decode there: a step was in progress.
+  DispatchGuard gf = r.dispatch(b, r.rank(b, ms(1000))[0], ms(1000));
+  gf.on_first_token(ms(1030));
+  ASSERT_EQ(policy.samples.size(), 3u);
+  EXPECT_DOUBLE_EQ(policy.samples[2].sample.elapsed_ms, 30.0);
+  EXPECT_GT(policy.samples[2].sample.decoding, 0.0);
+  EXPECT_TRUE(policy.samples[2].sample.mid_step);
 }
 
 // A streamed answer that ends complete (on_stream_end, then its release) is a sample of the

@@ -91,6 +91,15 @@ TEST(SluicePolicy, AWholeAnswersFirstTokenIsExpectedAfterThePoolsPrefillTimeAtTh
   busy.decoding = 32;
   busy.kv_read = 32 * 8000;
   EXPECT_GT(p.expected_prefill(0, busy).ms, 24.75);
+  // A head that came during a step (PrefillSample::mid_step) first waits out half of it:
+  // (max(W, beta D) + C0 + delta D + gamma K) / 2; the same prefill samples are modelled so.
+  PrefillSample late = busy;
+  late.mid_step = true;
+  EXPECT_NEAR(p.expected_prefill(0, late).ms - p.expected_prefill(0, busy).ms,
+              0.5 * (std::max(5.5, 0.022 * 32) + 2.0 + 0.02 * 32 + 5e-5 * 32 * 8000), 1e-9);
+  late = head;  // with no decoders there is no step in progress
+  late.mid_step = true;
+  EXPECT_NEAR(p.expected_prefill(0, late).ms, 24.75, 1e-9);
   // Its one step (8,192 tokens) carries up to 7,192 tokens of the prefills behind it, done with it.
   EXPECT_DOUBLE_EQ(p.expected_prefill(0, head).carried, 0.0);
   PrefillSample ahead = head;
