@@ -1,0 +1,1 @@
+sluice fleetsim --seed 67 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 4,8,12,16,20,24 --requests 1500 --workload agent_sessions,sessions=64 --slow-replicas 4 --slow-factor 2   # source: 1cf95980

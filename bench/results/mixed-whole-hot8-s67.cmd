@@ -1,0 +1,1 @@
+sluice fleetsim --seed 67 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 40,80,120,160,200 --requests 3000 --workload hot_prefix --slow-replicas 4 --slow-factor 2 --whole-answers 1   # source: 1cf95980
