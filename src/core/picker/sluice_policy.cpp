@@ -67,6 +67,8 @@ namespace {
 [[gnu::always_inline]] inline double step_base(const SluiceParams& p, double b) {
   return p.c0_ms + std::max(p.w_ms, p.beta_ms * b) + p.delta_ms * b;
 }
+// step(b, k): one decode step of b sequences reading k KV tokens.
+[[gnu::always_inline]] inline double step_ms(const SluiceParams& p, double b, double k) { return step_base(p, b) + p.gamma_ms * k; }
 
 // sluice_batch_itl with the batch parts of the step given: s_b = step_base(b), s_b1 = step_base(b + 1).
 [[gnu::always_inline]] inline SluiceItl batch_itl(const SluiceParams& p, double b, double k, double s_b, double s_b1,
@@ -113,7 +115,7 @@ struct Duty {
 [[gnu::always_inline]] inline double ttft_of(const SluiceParams& p, const SluiceInputs& in, double U, double queue_tokens,
                                              double queue_pairs) {
   const double D = in.decoding;
-  const double in_progress = D > 0 ? 0.5 * (step_base(p, D) + p.gamma_ms * in.kv_read) : 0.0;
+  const double in_progress = D > 0 ? 0.5 * step_ms(p, D, in.kv_read) : 0.0;
   return in_progress + prefill_steps_ms(p, in, U, queue_tokens, queue_pairs);
 }
 
@@ -146,7 +148,7 @@ struct BatchLag {
   if (b.work < 0) {
     const double B = in.decoding + in.queued;
     const double grows = (p.beta_ms * B > p.w_ms ? p.beta_ms * B : 0.0) + p.delta_ms * B + p.gamma_ms * in.kv_read;
-    const double step = step_base(p, B) + p.gamma_ms * in.kv_read;
+    const double step = step_ms(p, B, in.kv_read);
     b.work = duty.work * (grows / step);
   }
   return b.work;
@@ -778,7 +780,7 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
     // assumption that every decoder waited for all of it (a long prefill that ran beside few
     // decoders, or before they came: read as a pace of ~0.4), not the pace: none. A ratio past e^+-2
     // is taken as e^+-2 (as the ITL calibration's): a garbled histogram is not a pace.
-    const double steps = s.tokens * (step_base(params_, batch.decoding) + params_.gamma_ms * batch.kv_read);
+    const double steps = s.tokens * step_ms(params_, batch.decoding, batch.kv_read);
     const double prefill = batch.decoding * (params_.beta_ms * s.prefilled + params_.eps_ms * s.prefilled_pairs);
     if (params_.engine_itl > 0 && steps > 0 && prefill <= steps) {
       const double model = steps + prefill;
@@ -786,7 +788,7 @@ void SluicePolicy::on_decode_done(size_t endpoint, const DecodeSample& s, Time n
     }
     return;
   }
-  const double model = s.streamed ? s.tokens * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) + params_.beta_ms * s.prefilled
+  const double model = s.streamed ? s.tokens * step_ms(params_, s.decoding, s.kv_read) + params_.beta_ms * s.prefilled
                                   : s.tokens * sluice_batch_itl(params_, s.decoding, s.kv_read, duty_).mean_ms;
   if (!(model > 0)) return;
   note_pace(endpoint, (s.streamed ? 2 : 1) * kPaceBins + pace_bin(model), s.elapsed_ms, model, now);
@@ -854,7 +856,7 @@ std::pair<double, double> SluicePolicy::prefill_model(const PrefillSample& s) co
   const double shared = std::max(0.0, std::min(s.behind, steps * params_.chunk_tokens - s.tokens));
   // A head that came while a step was in progress waited for its end first: half a step on average
   // (ttft_of).
-  const double in_progress = s.mid_step && s.decoding > 0 ? 0.5 * (step_base(params_, s.decoding) + params_.gamma_ms * s.kv_read) : 0.0;
+  const double in_progress = s.mid_step && s.decoding > 0 ? 0.5 * step_ms(params_, s.decoding, s.kv_read) : 0.0;
   return {in_progress + prefill_steps_ms(params_, alone, 0.0, s.tokens + shared, s.pairs), shared};
 }
 
