@@ -178,8 +178,8 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   load.prefill_tokens += g.prefill_;
   g.seq_ = next_seq_++;
   const bool head = ep.prefill_fifo.empty();
-  // Own requests decoding there (it is counted in flight and prefilling both).
-  const bool mid_step = head && ep.load.in_flight > ep.load.prefill_requests;
+  // Own requests decoding there (this one is counted in flight and prefilling both).
+  const bool mid_step = head && own_batch(ep).decoding > 0;
   // A whole answer's first token is never seen; an embedding's answer is its prefill.
   ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding, g.decode_, now});
   if (head) set_head(ep, now, true, mid_step);

@@ -854,10 +854,11 @@ std::pair<double, double> SluicePolicy::prefill_model(const PrefillSample& s) co
   alone.kv_read = s.kv_read;
   const double steps = std::max(1.0, std::ceil(s.tokens / params_.chunk_tokens));
   const double shared = std::max(0.0, std::min(s.behind, steps * params_.chunk_tokens - s.tokens));
-  // A head that came while a step was in progress waited for its end first: half a step on average
-  // (ttft_of).
-  const double in_progress = s.mid_step && s.decoding > 0 ? 0.5 * step_ms(params_, s.decoding, s.kv_read) : 0.0;
-  return {in_progress + prefill_steps_ms(params_, alone, 0.0, s.tokens + shared, s.pairs), shared};
+  // A head that came while a step was in progress waited for its end first, as an arrival does
+  // (ttft_of); one after another's first token starts at a step's end.
+  const double ms = s.mid_step ? ttft_of(params_, alone, 0.0, s.tokens + shared, s.pairs)
+                               : prefill_steps_ms(params_, alone, 0.0, s.tokens + shared, s.pairs);
+  return {ms, shared};
 }
 
 // A bin per doubling of the modelled ms.

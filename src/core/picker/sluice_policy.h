@@ -40,9 +40,10 @@
 //         PrefillSample; the model: its own steps, which also carry the own prefills queued behind
 //         it up to the chunk budget, after half a step of the batch when it became the head at its
 //         dispatch beside own decoders, PrefillSample::mid_step: without it the half-slow fleet's
-//         slow replicas read 1.80 for 2x, with it 1.86; hot prefix, seed 70, 120 req/s), a streamed decode (from its first token to its last; the
-//         model: its tokens at step(B, K) of the batch at its end, plus beta for each own prefill
-//         token done there meanwhile; DecodeSample::streamed), a whole answer's decode (below), or
+//         slow replicas read 1.80 for 2x, with it 1.86; hot prefix, seed 70, 120 req/s), a streamed
+//         decode (from its first token to its last; the model: its tokens at step(B, K) of the
+//         batch at its end, plus beta for each own prefill token done there meanwhile;
+//         DecodeSample::streamed), a whole answer's decode (below), or
 //         the engine's own ITL (DecodeSample::engine; engine_itl 1, the default; 0: not a sample):
 //         its inter-token latency histogram's sum and count (vLLM's, SGLang's), scraped, over spans
 //         of a quarter second (PoolRouter::engine_itl_sample), every request's tokens there against
