@@ -21,8 +21,11 @@ class DebugPick(unittest.TestCase):
         gw = None
         try:
             gw, listen, admin = fleet.start_gateway(SLUICE, ports, tmp.name)
+            # A ~3,200-token system prompt: its cached prefix saves far more prefill than the half
+            # decode step the picker adds where a replica still reads as decoding (a scrape taken
+            # while the served request ran).
             body = json.dumps({"model": fleet.MODEL, "max_tokens": 4, "messages": [
-                {"role": "system", "content": "You are the sluice test oracle. " * 40},
+                {"role": "system", "content": "You are the sluice test oracle. " * 400},
                 {"role": "user", "content": "Which replica has this prompt cached?"}]})
             status, raw = fleet.http_req(admin, "POST", "/debug/pick", body)
             self.assertEqual(status, 200, raw)
