@@ -125,6 +125,7 @@ class RequestLife {
   bool may_retry(size_t next, std::span<const Candidate> candidates);
   asio::awaitable<void> respond_failure();
   void on_event(const SseEvent& ev, SteadyClock::time_point now);
+  void end_engine_answer();
   void flush_tokens();
   void take_usage(const Usage& u);
   void learn_response(std::string_view json);
@@ -174,6 +175,7 @@ class RequestLife {
   bool broken_ = false;  // the client connection cannot carry another response
   bool pinned_ = false;  // previous_response_id: the one endpoint holding the state, no retry elsewhere
   bool learned_ = false; // this response's id was recorded in the ResponseLocator
+  bool engine_done_ = false;  // a stream's end from the engine was taken (end_engine_answer)
 };
 
 // ============================ the life of one request ============================
@@ -638,6 +640,16 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   const auto now = SteadyClock::now();
   guard_.on_whole_answer(gw_.at(now), rec_.completion_tokens);
   if (rec_.completion_tokens > 0) ticket_->on_output(rec_.completion_tokens);
+  // The engine is done with the request: its share of the endpoint's accounting goes now, not after
+  // the client has taken the answer (the router frees the slot when the upstream exchange ends:
+  // core/admission/dispatcher.h; fleetsim's engines end a request at its last token). Held through
+  // the write, a client slow to read (a large answer, a slow link) left a phantom decoder, with its
+  // context's KV read, in every ranking of that endpoint, and its slot unused, until it had read
+  // the answer; the client's next turn, sent the moment the answer arrived, could be ranked before
+  // the release. A queued request may take the slot at once (with fair shares the tenant's share
+  // is still held until the request ends: finish()).
+  guard_.release();
+  gen_->admission->poke();
   if (!co_await write_client(response_head_from_upstream(false, out.size()), out, {}, now)) {
     finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
     co_return;
@@ -685,6 +697,8 @@ asio::awaitable<void> RequestLife::relay_stream() {
       out.append(sse.pending());
       rewriting = false;
     }
+    // The engine's last bytes are in: its accounting goes before they are written (relay_buffered).
+    if (up_->body_done()) end_engine_answer();
     const std::string_view send = rewriting ? std::string_view(out) : bytes;
     if (send.empty()) continue;
     if (!co_await write_client(fmt::format("{:x}\r\n", send.size()), send, "\r\n")) {
@@ -693,9 +707,8 @@ asio::awaitable<void> RequestLife::relay_stream() {
       co_return;
     }
   }
+  end_engine_answer();
   const int status = up_->status();
-  if (status < 400) guard_.on_stream_end(gw_.now());  // its last token came: the decode's sample
-  up_->done();
   std::string tail;
   if (rewriting && !sse.pending().empty()) tail = fmt::format("{:x}\r\n{}\r\n", sse.pending().size(), sse.pending());
   tail += "0\r\n\r\n";
@@ -705,6 +718,17 @@ asio::awaitable<void> RequestLife::relay_stream() {
     co_return;
   }
   finish(status < 400 ? Outcome::ok : Outcome::upstream_error, status, status < 400 ? Reason::none : Reason::upstream_status);
+}
+
+// The stream's end from the engine (once): its decode's sample, the connection back to the pool,
+// and the endpoint's accounting released before the last bytes go to the client (relay_buffered).
+void RequestLife::end_engine_answer() {
+  if (engine_done_) return;
+  engine_done_ = true;
+  if (up_->status() < 400) guard_.on_stream_end(gw_.now());  // its last token came: the decode's sample
+  up_->done();
+  guard_.release();
+  gen_->admission->poke();
 }
 
 void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {

@@ -443,6 +443,69 @@ class DataPath(unittest.TestCase):
         self.assertEqual(self.gw.request("GET", "/metrics")[0], 404, "metrics live on the admin port only")
 
 
+class SlowReader(unittest.TestCase):
+    """A client that takes its time to read a large answer (idle_ms long enough for it)."""
+    @classmethod
+    def setUpClass(cls):
+        cls.up = FakeUpstream()
+        try:
+            cls.gw = Gateway(SLUICE, config(cls.up.port).replace("idle_ms: 700", "idle_ms: 20000"))
+        except Exception:
+            cls.up.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+        cls.up.stop()
+
+    def test_a_client_slow_to_read_does_not_hold_the_engines_slot(self):
+        """The engine is done when its answer has been read: the endpoint's in-flight count drops then,
+        not when the client has taken the answer (the picker would otherwise rank the endpoint with a
+        phantom decoder for as long as the client reads, and the slot would stay unused)."""
+        def inflight():
+            _, text = self.gw.admin("/metrics")
+            vals = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+                    if l.startswith('sluice_endpoint_inflight_requests{pool="chat"')]
+            return sum(vals) if vals else None
+
+        body = chat(TARGET).encode()
+        req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\nx-fake-tokens: 800000\r\n\r\n").encode() + body
+        s = socket.socket()
+        # A small receive window: the ~7.7 MB answer cannot fit in the socket buffers between the
+        # gateway and this client (at most ~4 MB of send buffer), so the gateway's write waits for us.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", self.gw.port))
+        try:
+            s.sendall(req)
+            deadline = time.time() + 10
+            while time.time() < deadline and not (self.up.log() and self.up.log()[-1]["completed"]
+                                                   and "800000" == self.up.log()[-1]["headers"].get("x-fake-tokens")):
+                time.sleep(0.05)
+            self.assertTrue(self.up.log()[-1]["completed"], "the engine did not finish its answer")
+            deadline = time.time() + 3
+            while time.time() < deadline and inflight() != 0:
+                time.sleep(0.05)
+            self.assertEqual(inflight(), 0, "the endpoint still counts the answered request while the client reads")
+            # The client has not read anything yet: the answer is still on its way, whole.
+            raw = b""
+            while b"\r\n\r\n" not in raw:
+                raw += s.recv(65536)
+            head, rest = raw.split(b"\r\n\r\n", 1)
+            self.assertIn(b" 200 ", head.split(b"\r\n")[0])
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            self.assertGreater(length, 6_000_000)
+            while len(rest) < length:
+                chunk = s.recv(1 << 20)
+                self.assertTrue(chunk, "the answer was cut short")
+                rest += chunk
+            self.assertEqual(json.loads(rest)["usage"]["completion_tokens"], 800000)
+        finally:
+            s.close()
+
+
 class Resilience(unittest.TestCase):
     def setUp(self):
         self.up = FakeUpstream()
