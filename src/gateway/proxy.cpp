@@ -574,7 +574,8 @@ asio::awaitable<bool> RequestLife::write_client(std::string_view a, std::string_
   const auto at = now + tmo_.idle_gap;
   if (total_deadline_ < at) down_.deadline(total_deadline_, Phase::total);
   else down_.deadline(at, Phase::client_write);
-  co_return co_await down_.write(a, b, c);
+  // idle_ms is a stalled client's limit, not a large answer's: the deadline moves while it reads.
+  co_return co_await down_.write(a, b, c, Downstream::Progress{tmo_.idle_gap, total_deadline_});
 }
 
 std::string RequestLife::response_head_from_upstream(bool chunked, size_t content_length) {

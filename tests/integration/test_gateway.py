@@ -506,6 +506,77 @@ class SlowReader(unittest.TestCase):
             s.close()
 
 
+class ClientWriteDeadline(unittest.TestCase):
+    """timeouts.idle_ms bounds a stalled client write: a client that keeps reading a large answer gets
+    all of it however long that takes; one that stops reading is cut after idle_ms."""
+    @classmethod
+    def setUpClass(cls):
+        cls.up = FakeUpstream()
+        try:
+            cls.gw = Gateway(SLUICE, config(cls.up.port).replace("idle_ms: 700", "idle_ms: 1000"))
+        except Exception:
+            cls.up.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.stop()
+        cls.up.stop()
+
+    def start(self, tokens):
+        """A non-streamed answer of `tokens` tokens (~10 bytes each) to a client with a 32 KB receive
+        buffer: returns the socket, the answer's Content-Length and the body bytes read with the head."""
+        body = chat(TARGET).encode()
+        req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\nx-fake-tokens: {tokens}\r\n\r\n").encode() + body
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", self.gw.port))
+        s.sendall(req)
+        raw = b""
+        while b"\r\n\r\n" not in raw:
+            chunk = s.recv(4096)
+            self.assertTrue(chunk, "no answer")
+            raw += chunk
+        head, rest = raw.split(b"\r\n\r\n", 1)
+        self.assertIn(b" 200 ", head.split(b"\r\n")[0])
+        return s, int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)), rest
+
+    def test_a_client_that_keeps_reading_gets_the_whole_answer(self):
+        # ~12 MB read at most 32 KB per 10 ms: several times idle_ms, and more than the socket buffers
+        # hold (the gateway's write is still waiting for this client when idle_ms has passed).
+        s, length, got = self.start(1200000)
+        try:
+            t0 = time.time()
+            while len(got) < length:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, f"cut after {len(got)} of {length} bytes, {time.time() - t0:.1f} s")
+                got += chunk
+                time.sleep(0.01)
+            self.assertGreater(time.time() - t0, 2.0, "the answer came faster than twice idle_ms: nothing tested")
+            self.assertEqual(json.loads(got)["usage"]["completion_tokens"], 1200000)
+        finally:
+            s.close()
+
+    def test_a_client_that_stops_reading_is_cut_after_idle_ms(self):
+        s, length, got = self.start(800000)
+        try:
+            time.sleep(3.5)  # idle_ms is 1 s (one more window for the head this client read)
+            t0 = time.time()
+            try:
+                while len(got) < length and time.time() - t0 < 10:
+                    chunk = s.recv(1 << 20)
+                    if not chunk:
+                        break
+                    got += chunk
+            except ConnectionResetError:
+                pass
+            self.assertLess(len(got), length, "a client that stopped reading for 2.5 s got the whole answer")
+        finally:
+            s.close()
+
+
 class Resilience(unittest.TestCase):
     def setUp(self):
         self.up = FakeUpstream()

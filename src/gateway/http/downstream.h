@@ -9,6 +9,7 @@
 // write) and is cancelled at once; the request then asks gone() / expired() which it was.
 #pragma once
 #include <chrono>
+#include <optional>
 #include <string_view>
 
 #include <boost/asio/awaitable.hpp>
@@ -24,9 +25,18 @@ using SteadyClock = std::chrono::steady_clock;
 class Downstream {
  public:
   virtual ~Downstream() = default;
-  // Writes a, b and c to the client under the client-write deadline; false when the client is gone
-  // (it is then marked gone).
-  virtual boost::asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {}) = 0;
+  // A write's deadline that moves with it: the client must take some bytes every `stall`
+  // (Phase::client_write), and the write ends by `until` (Phase::total) whatever it does.
+  struct Progress {
+    SteadyClock::duration stall;
+    SteadyClock::time_point until;
+  };
+  // Writes a, b and c to the client under the deadline set with deadline(); false when the client is
+  // gone (it is then marked gone). With `progress`, each time the client takes bytes of a write the
+  // kernel could not take at once, that deadline is moved to min(now + stall, until): a large answer
+  // to a slow client that keeps reading is not cut at the first stall window.
+  virtual boost::asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {},
+                                             std::optional<Progress> progress = std::nullopt) = 0;
   virtual bool gone() const = 0;
   // Emitted when the client leaves or the deadline passes. One handler at a time (Asio's rule).
   virtual boost::asio::cancellation_slot cancel_slot() = 0;

@@ -18,6 +18,7 @@
 #include "gateway/http/put_buffered.h"
 #include "gateway/http/request_framing.h"
 #include "gateway/http/requests_in_progress.h"
+#include "gateway/http/tcp_acked.h"
 #include "gateway/http/write_now.h"
 #include "gateway/proxy.h"
 #include "core/admission/tenants.h"
@@ -78,6 +79,22 @@ void Session::on_deadline(Phase phase) {
       cancel_.emit(asio::cancellation_type::terminal);
       client_.cancel(ignored);
       break;
+    case Phase::client_write:
+      // A write waiting for the client's window: cut only if the client took nothing over the whole
+      // window (timeouts.idle_ms is a stalled client's limit, not a large answer's). Its progress is
+      // the bytes the client acknowledged, not the write's completions: with megabytes of send
+      // buffer the socket only turns writable again once half of it has drained, which a slow but
+      // steady reader takes longer than idle_ms to do.
+      if (write_progress_) {
+        const int64_t acked = tcp_bytes_acked(client_.native_handle());
+        if (acked > write_acked_) {
+          write_acked_ = acked;
+          watchdog_.arm_capped(write_progress_->stall, Phase::client_write, write_progress_->until, Phase::total);
+          break;
+        }
+      }
+      client_.cancel(ignored);
+      break;
     default:
       client_.cancel(ignored);
   }
@@ -105,12 +122,21 @@ void Session::abort() {
   client_.close(ignored);
 }
 
-asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std::string_view c) {
+asio::awaitable<bool> Session::write(std::string_view a, std::string_view b, std::string_view c,
+                                     std::optional<Progress> progress) {
   if (client_gone_) co_return false;
   std::array<asio::const_buffer, 3> bufs{asio::buffer(a), asio::buffer(b), asio::buffer(c)};
   const WriteNow w = write_now(client_, bufs);
   auto [ec, n] = w.result();
-  if (!w.complete()) std::tie(ec, n) = co_await write_rest(client_, bufs, w);
+  if (!w.complete()) {
+    // The client's window is full: from here its reading is what the deadline watches (on_deadline).
+    if (progress) {
+      write_progress_ = progress;
+      write_acked_ = tcp_bytes_acked(client_.native_handle());
+    }
+    std::tie(ec, n) = co_await write_rest(client_, bufs, w);
+    write_progress_.reset();
+  }
   if (ec) client_gone_ = true;
   co_return !ec;
 }

@@ -45,7 +45,8 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   UpstreamPool& upstream_pool();
 
   // ---- Downstream: what the request may use ----
-  asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {}) override;
+  asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {},
+                              std::optional<Progress> progress = std::nullopt) override;
   bool gone() const override { return client_gone_; }
   asio::cancellation_slot cancel_slot() override { return cancel_.slot(); }
   void deadline(SteadyClock::time_point at, Phase phase) override { watchdog_.arm_at(at, phase); }
@@ -94,6 +95,10 @@ class Session final : public Downstream, public std::enable_shared_from_this<Ses
   boost::beast::flat_buffer buffer_;
   Watchdog watchdog_;
   asio::cancellation_signal cancel_;  // emitted when the client leaves or a request deadline passes
+  // The write in progress that waits for the client's window: its deadline's terms, and the bytes the
+  // client had acknowledged at the last look (on_deadline's progress test; tcp_acked.h).
+  std::optional<Progress> write_progress_;
+  int64_t write_acked_ = -1;
   bool idle_ = true;
   bool keep_alive_idle_ = false;  // idle_ after at least one request (reapable at the limit)
   std::chrono::steady_clock::time_point idle_since_ = std::chrono::steady_clock::now();

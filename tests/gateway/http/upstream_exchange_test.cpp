@@ -20,7 +20,7 @@ namespace {
 // The narrow downstream the exchange talks to: a client that stays, deadlines recorded.
 class StayingClient final : public Downstream {
  public:
-  asio::awaitable<bool> write(std::string_view, std::string_view, std::string_view) override { co_return true; }
+  asio::awaitable<bool> write(std::string_view, std::string_view, std::string_view, std::optional<Progress>) override { co_return true; }
   bool gone() const override { return false; }
   asio::cancellation_slot cancel_slot() override { return signal_.slot(); }
   void deadline(SteadyClock::time_point, Phase phase) override { last_phase = phase; }
