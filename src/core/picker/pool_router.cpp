@@ -172,6 +172,11 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   load.live_context_tokens += g.live_;
   load.in_flight += 1;
   load.prefill_requests += 1;
+  if (ep.scrape_window.open) {
+    auto& w = ep.scrape_window;
+    w.own_in_flight_max = std::max(w.own_in_flight_max, load.in_flight);
+    w.own_prefill_max = std::max(w.own_prefill_max, load.prefill_requests);
+  }
   load.context_tokens += g.context_;
   load.input_tokens_total += std::max<int64_t>(0, req.input_tokens);
   load.predicted_cached_tokens_total += std::max<int64_t>(0, chosen.predicted_cached_tokens);
@@ -420,6 +425,14 @@ void PoolRouter::consume_decode(size_t endpoint, int64_t n) {
   endpoints_[endpoint].load.live_context_tokens += n;
 }
 
+void PoolRouter::on_scrape_start(size_t endpoint) {
+  std::lock_guard lock(mu_);
+  auto& ep = endpoints_.at(endpoint);
+  EndpointLoad all = ep.load;
+  if (peer_) peer_->add_to(endpoint, all);
+  ep.scrape_window = {true, all.in_flight, all.prefill_requests, ep.load.in_flight, ep.load.prefill_requests};
+}
+
 void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
   std::lock_guard lock(mu_);
   auto& ep = endpoints_.at(endpoint);
@@ -431,6 +444,12 @@ void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
   if (peer_) peer_->add_to(endpoint, all);
   ep.load.in_flight_at_scrape = all.in_flight;
   ep.load.prefill_requests_at_scrape = all.prefill_requests;
+  if (auto& w = ep.scrape_window; w.open) {  // the window's highest (on_scrape_start)
+    const int64_t peers_in_flight = all.in_flight - ep.load.in_flight, peers_prefill = all.prefill_requests - ep.load.prefill_requests;
+    ep.load.in_flight_at_scrape = std::max({all.in_flight, w.all_in_flight, w.own_in_flight_max + peers_in_flight});
+    ep.load.prefill_requests_at_scrape = std::max({all.prefill_requests, w.all_prefill, w.own_prefill_max + peers_prefill});
+    w.open = false;
+  }
   if (peer_) peer_->on_scrape(endpoint);
   engine_itl_sample(ep, endpoint, ep.signals.scraped_at);
 }

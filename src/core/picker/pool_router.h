@@ -122,6 +122,14 @@ class PoolRouter {
   void on_shed(std::span<const Candidate> ranked, Time now);
 
   // Scraper and health checker inputs.
+  // A scrape of `endpoint` is about to be sent. The engine takes its snapshot at some moment between
+  // this and update_signals; the own (and peers') requests it may count are those in flight at any
+  // time in between, so the counts subtracted from its waiting and running to find other clients'
+  // requests (EndpointLoad::in_flight_at_scrape) are the window's highest: a request of ours that
+  // ended (or passed its first token) while the scrape was on its way is not taken for another
+  // client's (a phantom decoder, or a phantom prefill ahead, until the next scrape). Without this
+  // call (fleetsim's scrapes take no time) the counts at update_signals stand.
+  void on_scrape_start(size_t endpoint);
   void update_signals(size_t endpoint, EngineSignals signals);
   void record_scrape_error(size_t endpoint);
   void set_healthy(size_t endpoint, bool healthy);
@@ -240,6 +248,13 @@ class PoolRouter {
       BatchArea area;
       double prefilled = 0, prefilled_pairs = 0;  // Endpoint::prefilled, prefilled_pairs then
     } engine_itl;
+    // A scrape on its way (on_scrape_start): the in-flight and prefill counts (own + peers') at its
+    // start, and the own counts' highest since (raised at each dispatch).
+    struct ScrapeWindow {
+      bool open = false;
+      int64_t all_in_flight = 0, all_prefill = 0;
+      int64_t own_in_flight_max = 0, own_prefill_max = 0;
+    } scrape_window;
   };
   // The guard's share off its endpoint's accounting; its streamed decode's sample first (on_stream_end).
   void release(const DispatchGuard& g);

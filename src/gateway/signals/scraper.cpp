@@ -83,6 +83,7 @@ asio::awaitable<void> scrape_loop(std::shared_ptr<Scrapers::Impl> impl, PoolRout
   asio::steady_timer timer(co_await asio::this_coro::executor);
   while (!impl->stopping.load()) {
     const auto started = std::chrono::steady_clock::now();
+    router->on_scrape_start(index);
     ScrapeFetch f = co_await fetch(conn, ep.metrics_path, sc.timeout);
     if (impl->stopping.load()) break;  // cancelled by stop(): not the endpoint's fault
     std::string error = f.error;

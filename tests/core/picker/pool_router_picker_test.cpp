@@ -7,6 +7,7 @@
 
 #include "core/picker/policy_factory.h"
 #include "core/picker/pool_router.h"
+#include "core/picker/scorers/load_estimate.h"
 #include "core/prefix/kv_event_index.h"
 #include "core/prefix/token_blocks.h"
 #include "picker_test_util.h"
@@ -494,6 +495,59 @@ TEST(PoolRouterPicker, AScrapeKeepsTheOwnCountsItWasTakenWith) {
   r.update_signals(0, s);
   load = r.snapshot(Time{})[0].load;
   EXPECT_EQ(load.in_flight_at_scrape, 2);
+  EXPECT_EQ(load.prefill_requests_at_scrape, 0);
+}
+
+// A scrape takes time: the engine's snapshot falls somewhere between its start and its answer, so
+// the own counts kept are the highest of that window. A request of ours that ended, or passed its
+// first token, while the scrape was on its way may be in the snapshot: it is not taken for another
+// client's (external_load). One dispatched meanwhile raises them; without a start the counts of
+// the answer stand (fleetsim's scrapes take no time).
+TEST(PoolRouterPicker, AScrapeKeepsTheHighestOwnCountsOfItsWindow) {
+  auto cfg = pool_of(1, "sluice");
+  PoolRouter r(cfg, make_policy(cfg, 1));
+  std::vector<std::string> texts;  // the requests view their text: it outlives them
+  for (int i = 0; i < 4; ++i) texts.push_back(std::to_string(i) + std::string(2000, 'q'));
+  auto dispatch = [&](int i) {
+    auto req = req_of(texts[i]);
+    return r.dispatch(req, r.rank(req, Time{})[0], Time{});
+  };
+  DispatchGuard a = dispatch(0), b = dispatch(1);
+  a.on_first_token(Time{});  // a decodes, b waits
+  r.on_scrape_start(0);
+  a.release();               // a ends and b passes its first token while the scrape is on its way
+  b.on_first_token(Time{});
+  EngineSignals s;           // the engine's snapshot came before both
+  s.waiting = 1;
+  s.running = 1;
+  r.update_signals(0, s);
+  auto load = r.snapshot(Time{})[0].load;
+  EXPECT_EQ(load.in_flight, 1);
+  EXPECT_EQ(load.in_flight_at_scrape, 2);
+  EXPECT_EQ(load.prefill_requests_at_scrape, 1);
+  EngineSignals seen = s;
+  const ExternalLoad ext = external_load(seen, load);
+  EXPECT_EQ(ext.waiting, 0);  // (the counts at the answer, 1 and 0, made a and b one other client's
+  EXPECT_EQ(ext.running, 0);  //  request waiting and one running until the next scrape)
+
+  // One dispatched during the window (and ended before the answer) raises the counts.
+  r.on_scrape_start(0);
+  {
+    DispatchGuard c = dispatch(2);
+  }
+  s.waiting = 1;
+  s.running = 1;
+  r.update_signals(0, s);
+  load = r.snapshot(Time{})[0].load;
+  EXPECT_EQ(load.in_flight_at_scrape, 2);
+  EXPECT_EQ(load.prefill_requests_at_scrape, 1);
+
+  // Without a start: the counts at the answer.
+  DispatchGuard d = dispatch(3);
+  d.release();
+  r.update_signals(0, s);
+  load = r.snapshot(Time{})[0].load;
+  EXPECT_EQ(load.in_flight_at_scrape, 1);
   EXPECT_EQ(load.prefill_requests_at_scrape, 0);
 }
 
