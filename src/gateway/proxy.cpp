@@ -126,6 +126,7 @@ class RequestLife {
   asio::awaitable<void> respond_failure();
   void on_event(const SseEvent& ev, SteadyClock::time_point now);
   void end_engine_answer();
+  void client_write_failed();
   void flush_tokens();
   void take_usage(const Usage& u);
   void learn_response(std::string_view json);
@@ -652,7 +653,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   guard_.release();
   gen_->admission->poke();
   if (!co_await write_client(response_head_from_upstream(false, out.size()), out, {}, now)) {
-    finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
+    client_write_failed();
     co_return;
   }
   finish(status < 400 ? Outcome::ok : Outcome::upstream_error, status, status < 400 ? Reason::none : Reason::upstream_status);
@@ -663,7 +664,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
 // keeps the connection busy but the stream idle, and ends at idle_ms like a silent one.
 asio::awaitable<void> RequestLife::relay_stream() {
   if (!co_await write_client(response_head_from_upstream(true, 0))) {
-    finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
+    client_write_failed();
     co_return;
   }
   SseParser sse;
@@ -704,7 +705,7 @@ asio::awaitable<void> RequestLife::relay_stream() {
     if (send.empty()) continue;
     if (!co_await write_client(fmt::format("{:x}\r\n", send.size()), send, "\r\n")) {
       rec_.cancelled_while_streaming = true;
-      finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
+      client_write_failed();
       co_return;
     }
   }
@@ -715,7 +716,7 @@ asio::awaitable<void> RequestLife::relay_stream() {
   tail += "0\r\n\r\n";
   if (!co_await write_client(tail)) {
     rec_.cancelled_while_streaming = true;
-    finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
+    client_write_failed();
     co_return;
   }
   finish(status < 400 ? Outcome::ok : Outcome::upstream_error, status, status < 400 ? Reason::none : Reason::upstream_status);
@@ -772,6 +773,18 @@ void RequestLife::learn_response(std::string_view json) {
   if (!model_->store || !guard_) return;
   if (auto id = response_id_of(json))
     gw_.responses().remember(*id, {route_->pool, router_->config().endpoints[guard_.endpoint()].address.str()}, gw_.now());
+}
+
+// A write of the answer to the client failed: the client left, or the gateway cut it because it
+// took no byte for timeouts.idle_ms (the client's doing all the same: a cancellation, not a timeout
+// of the engines, which SluiceUpstreamErrorRateHigh counts; the reason tells the two apart), or the
+// total deadline passed (a timeout, with the answer's status).
+void RequestLife::client_write_failed() {
+  switch (down_.expired()) {
+    case Phase::client_write: finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_write_timeout); break;
+    case Phase::total: finish(Outcome::timeout, rec_.status, Reason::total_timeout); break;
+    default: finish(Outcome::client_cancelled, kClientClosedStatus, Reason::client_closed);
+  }
 }
 
 void RequestLife::fail(Outcome o, ApiError e, Reason reason) {

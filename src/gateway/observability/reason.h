@@ -20,8 +20,8 @@ enum class Reason : uint8_t {
   // routing and the upstream exchange
   no_endpoint, connect_timeout, connect_error, first_byte_timeout, idle_timeout, total_timeout, upstream_io,
   upstream_status, response_too_large, internal,
-  // the client left
-  cancelled_queued, client_closed,
+  // the client left, or took no byte of its answer for timeouts.idle_ms (the gateway cut it)
+  cancelled_queued, client_closed, client_write_timeout,
 };
 
 constexpr std::string_view to_string(Reason r) {
@@ -62,6 +62,7 @@ constexpr std::string_view to_string(Reason r) {
     case Reason::internal: return "internal";
     case Reason::cancelled_queued: return "cancelled_queued";
     case Reason::client_closed: return "client_closed";
+    case Reason::client_write_timeout: return "client_write_timeout";
   }
   return "internal";
 }
