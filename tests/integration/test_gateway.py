@@ -443,13 +443,15 @@ class DataPath(unittest.TestCase):
         self.assertEqual(self.gw.request("GET", "/metrics")[0], 404, "metrics live on the admin port only")
 
 
-class SlowReader(unittest.TestCase):
-    """A client that takes its time to read a large answer (idle_ms long enough for it)."""
+class SlowClient(unittest.TestCase):
+    """A gateway with `idle_ms` in front of fake_upstream.py, for clients slow to read large answers."""
+    idle_ms = 1000
+
     @classmethod
     def setUpClass(cls):
         cls.up = FakeUpstream()
         try:
-            cls.gw = Gateway(SLUICE, config(cls.up.port).replace("idle_ms: 700", "idle_ms: 20000"))
+            cls.gw = Gateway(SLUICE, config(cls.up.port).replace("idle_ms: 700", f"idle_ms: {cls.idle_ms}"))
         except Exception:
             cls.up.stop()
             raise
@@ -459,78 +461,15 @@ class SlowReader(unittest.TestCase):
         cls.gw.stop()
         cls.up.stop()
 
-    def test_a_client_slow_to_read_does_not_hold_the_engines_slot(self):
-        """The engine is done when its answer has been read: the endpoint's in-flight count drops then,
-        not when the client has taken the answer (the picker would otherwise rank the endpoint with a
-        phantom decoder for as long as the client reads, and the slot would stay unused)."""
-        def inflight():
-            _, text = self.gw.admin("/metrics")
-            vals = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-                    if l.startswith('sluice_endpoint_inflight_requests{pool="chat"')]
-            return sum(vals) if vals else None
-
-        body = chat(TARGET).encode()
-        req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\nx-fake-tokens: 800000\r\n\r\n").encode() + body
-        s = socket.socket()
-        # A small receive window: the ~7.7 MB answer cannot fit in the socket buffers between the
-        # gateway and this client (at most ~4 MB of send buffer), so the gateway's write waits for us.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.settimeout(10)
-        s.connect(("127.0.0.1", self.gw.port))
-        try:
-            s.sendall(req)
-            deadline = time.time() + 10
-            while time.time() < deadline and not (self.up.log() and self.up.log()[-1]["completed"]
-                                                   and "800000" == self.up.log()[-1]["headers"].get("x-fake-tokens")):
-                time.sleep(0.05)
-            self.assertTrue(self.up.log()[-1]["completed"], "the engine did not finish its answer")
-            deadline = time.time() + 3
-            while time.time() < deadline and inflight() != 0:
-                time.sleep(0.05)
-            self.assertEqual(inflight(), 0, "the endpoint still counts the answered request while the client reads")
-            # The client has not read anything yet: the answer is still on its way, whole.
-            raw = b""
-            while b"\r\n\r\n" not in raw:
-                raw += s.recv(65536)
-            head, rest = raw.split(b"\r\n\r\n", 1)
-            self.assertIn(b" 200 ", head.split(b"\r\n")[0])
-            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-            self.assertGreater(length, 6_000_000)
-            while len(rest) < length:
-                chunk = s.recv(1 << 20)
-                self.assertTrue(chunk, "the answer was cut short")
-                rest += chunk
-            self.assertEqual(json.loads(rest)["usage"]["completion_tokens"], 800000)
-        finally:
-            s.close()
-
-
-class ClientWriteDeadline(unittest.TestCase):
-    """timeouts.idle_ms bounds a stalled client write: a client that keeps reading a large answer gets
-    all of it however long that takes; one that stops reading is cut after idle_ms."""
-    @classmethod
-    def setUpClass(cls):
-        cls.up = FakeUpstream()
-        try:
-            cls.gw = Gateway(SLUICE, config(cls.up.port).replace("idle_ms: 700", "idle_ms: 1000"))
-        except Exception:
-            cls.up.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
-        cls.up.stop()
-
-    def start(self, tokens):
-        """A non-streamed answer of `tokens` tokens (~10 bytes each) to a client with a 32 KB receive
-        buffer: returns the socket, the answer's Content-Length and the body bytes read with the head."""
+    def start(self, tokens, rcvbuf):
+        """A non-streamed answer of `tokens` tokens (~10 bytes each) to a client with a receive buffer
+        of `rcvbuf` bytes: returns the socket, the answer's Content-Length and the body bytes read
+        with its head."""
         body = chat(TARGET).encode()
         req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\nx-fake-tokens: {tokens}\r\n\r\n").encode() + body
         s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         s.settimeout(10)
         s.connect(("127.0.0.1", self.gw.port))
         s.sendall(req)
@@ -543,24 +482,68 @@ class ClientWriteDeadline(unittest.TestCase):
         self.assertIn(b" 200 ", head.split(b"\r\n")[0])
         return s, int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)), rest
 
+    def read_rest(self, s, length, got, pause=0.0):
+        t0 = time.time()
+        while len(got) < length:
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, f"cut after {len(got)} of {length} bytes, {time.time() - t0:.1f} s")
+            got += chunk
+            time.sleep(pause)
+        return got
+
+
+class SlowReader(SlowClient):
+    idle_ms = 20000  # longer than the test takes: nothing is cut
+
+    def test_a_client_slow_to_read_does_not_hold_the_engines_slot(self):
+        """The engine is done when its answer has been read: the endpoint's in-flight count drops then,
+        not when the client has taken the answer (the picker would otherwise rank the endpoint with a
+        phantom decoder for as long as the client reads, and the slot would stay unused)."""
+        def inflight():
+            _, text = self.gw.admin("/metrics")
+            vals = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+                    if l.startswith('sluice_endpoint_inflight_requests{pool="chat"')]
+            return sum(vals) if vals else None
+
+        # A 4 KB window: the ~7.7 MB answer cannot fit in the socket buffers between the gateway and
+        # this client (at most ~4 MB of send buffer), so the gateway's write waits for us.
+        s, length, got = self.start(800000, 4096)
+        try:
+            self.assertGreater(length, 6_000_000)
+            deadline = time.time() + 10
+            while time.time() < deadline and not (self.up.log()[-1]["completed"]):
+                time.sleep(0.05)
+            self.assertTrue(self.up.log()[-1]["completed"], "the engine did not finish its answer")
+            deadline = time.time() + 3
+            while time.time() < deadline and inflight() != 0:
+                time.sleep(0.05)
+            self.assertEqual(inflight(), 0, "the endpoint still counts the answered request while the client reads")
+            # The client has read only the head: the answer is still on its way, whole.
+            got = self.read_rest(s, length, got)
+            self.assertEqual(json.loads(got)["usage"]["completion_tokens"], 800000)
+        finally:
+            s.close()
+
+
+class ClientWriteDeadline(SlowClient):
+    """timeouts.idle_ms bounds a stalled client write: a client that keeps reading a large answer gets
+    all of it however long that takes; one that stops reading is cut after idle_ms."""
+    idle_ms = 1000
+
     def test_a_client_that_keeps_reading_gets_the_whole_answer(self):
         # ~12 MB read at most 32 KB per 10 ms: several times idle_ms, and more than the socket buffers
         # hold (the gateway's write is still waiting for this client when idle_ms has passed).
-        s, length, got = self.start(1200000)
+        s, length, got = self.start(1200000, 32768)
         try:
             t0 = time.time()
-            while len(got) < length:
-                chunk = s.recv(65536)
-                self.assertTrue(chunk, f"cut after {len(got)} of {length} bytes, {time.time() - t0:.1f} s")
-                got += chunk
-                time.sleep(0.01)
+            got = self.read_rest(s, length, got, pause=0.01)
             self.assertGreater(time.time() - t0, 2.0, "the answer came faster than twice idle_ms: nothing tested")
             self.assertEqual(json.loads(got)["usage"]["completion_tokens"], 1200000)
         finally:
             s.close()
 
     def test_a_client_that_stops_reading_is_cut_after_idle_ms(self):
-        s, length, got = self.start(800000)
+        s, length, got = self.start(800000, 32768)
         try:
             time.sleep(3.5)  # idle_ms is 1 s (one more window for the head this client read)
             t0 = time.time()
