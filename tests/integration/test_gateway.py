@@ -87,12 +87,15 @@ def free_port():
     return p
 
 
-class DataPath(unittest.TestCase):
+class WithGateway(unittest.TestCase):
+    """One gateway (config(), timeouts.idle_ms = idle_ms) in front of one fake_upstream.py per class."""
+    idle_ms = 700
+
     @classmethod
     def setUpClass(cls):
         cls.up = FakeUpstream()
         try:
-            cls.gw = Gateway(SLUICE, config(cls.up.port))
+            cls.gw = Gateway(SLUICE, config(cls.up.port).replace("idle_ms: 700", f"idle_ms: {cls.idle_ms}"))
         except Exception:
             cls.up.stop()
             raise
@@ -101,6 +104,9 @@ class DataPath(unittest.TestCase):
     def tearDownClass(cls):
         cls.gw.stop()
         cls.up.stop()
+
+
+class DataPath(WithGateway):
 
     def wait_record(self, rid, timeout=3):
         deadline = time.time() + timeout
@@ -443,23 +449,8 @@ class DataPath(unittest.TestCase):
         self.assertEqual(self.gw.request("GET", "/metrics")[0], 404, "metrics live on the admin port only")
 
 
-class SlowClient(unittest.TestCase):
-    """A gateway with `idle_ms` in front of fake_upstream.py, for clients slow to read large answers."""
-    idle_ms = 1000
-
-    @classmethod
-    def setUpClass(cls):
-        cls.up = FakeUpstream()
-        try:
-            cls.gw = Gateway(SLUICE, config(cls.up.port).replace("idle_ms: 700", f"idle_ms: {cls.idle_ms}"))
-        except Exception:
-            cls.up.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.gw.stop()
-        cls.up.stop()
+class SlowClient(WithGateway):
+    """Clients slow to read large answers."""
 
     def start(self, tokens, rcvbuf):
         """A non-streamed answer of `tokens` tokens (~10 bytes each) to a client with a receive buffer
