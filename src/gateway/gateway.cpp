@@ -23,7 +23,7 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
                         "Requests refused by the gateway, by reason and tenant (configured tenants: the first 32 by "
                         "name, later ones other; - before or without authentication).",
                         {"pool", "reason", "tenant"})),
-      cancellations(r.counter("sluice_cancellations_total", "Client disconnects by phase.", {"phase"})),
+      cancellations(r.counter("sluice_cancellations_total", "Client disconnects by phase (stalled: cut for taking no byte of its answer for idle_ms).", {"phase"})),
       client_retries(r.counter("sluice_client_retries_total",
                                "Requests that arrived as a client's retry (x-stainless-retry-count >= 1, sent by the "
                                "OpenAI and Anthropic SDKs), whatever their outcome.",
@@ -142,7 +142,10 @@ void Gateway::complete(const RequestRecord& r, const Generation& gen) {
   if (r.ttft) (series ? *series->ttft : metrics_.ttft.with({pool, none, none})).observe(to_seconds(*r.ttft));
   if (r.outcome == Outcome::rejected) metrics_.rejects.with({pool, to_string(r.reason), reject_tenant_label(r)}).inc();
   if (r.outcome == Outcome::client_cancelled)
-    metrics_.cancellations.with({r.reason == Reason::cancelled_queued ? "queued" : r.cancelled_while_streaming ? "streaming" : "upstream"}).inc();
+    metrics_.cancellations.with({r.reason == Reason::cancelled_queued       ? "queued"
+                                 : r.reason == Reason::client_write_timeout ? "stalled"
+                                 : r.cancelled_while_streaming              ? "streaming"
+                                                                            : "upstream"}).inc();
   access_log_.write(r);
 }
 

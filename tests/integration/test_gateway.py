@@ -555,6 +555,8 @@ class ClientWriteDeadline(SlowClient):
         cut = [r for r in recs if r.get("reason") == "client_write_timeout"]
         self.assertEqual(len(cut), 1, recs[-3:])
         self.assertEqual((cut[0]["outcome"], cut[0]["status"]), ("client_cancelled", 499))
+        _, text = self.gw.admin("/metrics")
+        self.assertIn('sluice_cancellations_total{phase="stalled"} 1', text)
 
 
 class Resilience(unittest.TestCase):
