@@ -430,7 +430,8 @@ void PoolRouter::on_scrape_start(size_t endpoint) {
   auto& ep = endpoints_.at(endpoint);
   EndpointLoad all = ep.load;
   if (peer_) peer_->add_to(endpoint, all);
-  ep.scrape_window = {true, all.in_flight, all.prefill_requests, ep.load.in_flight, ep.load.prefill_requests};
+  ep.scrape_window = {true, all.in_flight, all.prefill_requests, ep.load.in_flight, ep.load.prefill_requests,
+                      ep.load.assigned_since_scrape};
 }
 
 void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
@@ -438,7 +439,12 @@ void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
   auto& ep = endpoints_.at(endpoint);
   signals.present = true;
   ep.signals = std::move(signals);
-  ep.load.assigned_since_scrape = 0;
+  // The dispatches since the scrape was sent stay counted (on_scrape_start): an engine's gauges move
+  // at its next step after a request has reached it, so a snapshot taken while the scrape was on its
+  // way has not seen them. (Other clients' requests are found with the window's highest own counts,
+  // below: the two err on the same side, the own load counted, none of it taken for another's.)
+  const auto& w0 = ep.scrape_window;
+  ep.load.assigned_since_scrape = w0.open ? std::max<int64_t>(0, ep.load.assigned_since_scrape - w0.assigned_at_start) : 0;
   ep.load.scrape_failures_in_row = 0;
   EndpointLoad all = ep.load;  // own + the live peers', as the policy will see it
   if (peer_) peer_->add_to(endpoint, all);

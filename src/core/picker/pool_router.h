@@ -128,7 +128,8 @@ class PoolRouter {
   // requests (EndpointLoad::in_flight_at_scrape) are the window's highest: a request of ours that
   // ended (or passed its first token) while the scrape was on its way is not taken for another
   // client's (a phantom decoder, or a phantom prefill ahead, until the next scrape). Without this
-  // call (fleetsim's scrapes take no time) the counts at update_signals stand.
+  // call (fleetsim's scrapes take no time) the counts at update_signals stand. The own dispatches
+  // made while it was on its way stay in assigned_since_scrape (the engine's gauges had not seen them).
   void on_scrape_start(size_t endpoint);
   void update_signals(size_t endpoint, EngineSignals signals);
   void record_scrape_error(size_t endpoint);
@@ -249,11 +250,13 @@ class PoolRouter {
       double prefilled = 0, prefilled_pairs = 0;  // Endpoint::prefilled, prefilled_pairs then
     } engine_itl;
     // A scrape on its way (on_scrape_start): the in-flight and prefill counts (own + peers') at its
-    // start, and the own counts' highest since (raised at each dispatch).
+    // start, the own counts' highest since (raised at each dispatch), and the own dispatches counted
+    // in assigned_since_scrape at its start.
     struct ScrapeWindow {
       bool open = false;
       int64_t all_in_flight = 0, all_prefill = 0;
       int64_t own_in_flight_max = 0, own_prefill_max = 0;
+      int64_t assigned_at_start = 0;
     } scrape_window;
   };
   // The guard's share off its endpoint's accounting; its streamed decode's sample first (on_stream_end).

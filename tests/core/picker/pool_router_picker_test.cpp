@@ -501,8 +501,9 @@ TEST(PoolRouterPicker, AScrapeKeepsTheOwnCountsItWasTakenWith) {
 // A scrape takes time: the engine's snapshot falls somewhere between its start and its answer, so
 // the own counts kept are the highest of that window. A request of ours that ended, or passed its
 // first token, while the scrape was on its way may be in the snapshot: it is not taken for another
-// client's (external_load). One dispatched meanwhile raises them; without a start the counts of
-// the answer stand (fleetsim's scrapes take no time).
+// client's (external_load). One dispatched meanwhile raises them, and stays counted as assigned
+// since the scrape (the engine's gauges had not seen it); without a start the counts of the answer
+// stand (fleetsim's scrapes take no time).
 TEST(PoolRouterPicker, AScrapeKeepsTheHighestOwnCountsOfItsWindow) {
   auto cfg = pool_of(1, "sluice");
   PoolRouter r(cfg, make_policy(cfg, 1));
@@ -523,6 +524,7 @@ TEST(PoolRouterPicker, AScrapeKeepsTheHighestOwnCountsOfItsWindow) {
   r.update_signals(0, s);
   auto load = r.snapshot(Time{})[0].load;
   EXPECT_EQ(load.in_flight, 1);
+  EXPECT_EQ(load.assigned_since_scrape, 0);  // a and b went before the scrape
   EXPECT_EQ(load.in_flight_at_scrape, 2);
   EXPECT_EQ(load.prefill_requests_at_scrape, 1);
   EngineSignals seen = s;
@@ -541,6 +543,8 @@ TEST(PoolRouterPicker, AScrapeKeepsTheHighestOwnCountsOfItsWindow) {
   load = r.snapshot(Time{})[0].load;
   EXPECT_EQ(load.in_flight_at_scrape, 2);
   EXPECT_EQ(load.prefill_requests_at_scrape, 1);
+  // It stays among the dispatches the engine's gauges have not seen (the queue estimate's).
+  EXPECT_EQ(load.assigned_since_scrape, 1);
 
   // Without a start: the counts at the answer.
   DispatchGuard d = dispatch(3);
@@ -549,6 +553,7 @@ TEST(PoolRouterPicker, AScrapeKeepsTheHighestOwnCountsOfItsWindow) {
   load = r.snapshot(Time{})[0].load;
   EXPECT_EQ(load.in_flight_at_scrape, 1);
   EXPECT_EQ(load.prefill_requests_at_scrape, 0);
+  EXPECT_EQ(load.assigned_since_scrape, 0);
 }
 
 TEST(PoolRouterPicker, AccountingTracksPrefillRequestsAndContext) {
