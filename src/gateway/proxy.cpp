@@ -126,6 +126,7 @@ class RequestLife {
   asio::awaitable<void> respond_failure();
   void on_event(const SseEvent& ev, SteadyClock::time_point now);
   void end_engine_answer();
+  void release_endpoint();
   void client_write_failed();
   void flush_tokens();
   void take_usage(const Usage& u);
@@ -650,8 +651,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   // the answer; the client's next turn, sent the moment the answer arrived, could be ranked before
   // the release. A queued request may take the slot at once (with fair shares the tenant's share
   // is still held until the request ends: finish()).
-  guard_.release();
-  gen_->admission->poke();
+  release_endpoint();
   if (!co_await write_client(response_head_from_upstream(false, out.size()), out, {}, now)) {
     client_write_failed();
     co_return;
@@ -729,6 +729,12 @@ void RequestLife::end_engine_answer() {
   engine_done_ = true;
   if (up_->status() < 400) guard_.on_stream_end(gw_.now());  // its last token came: the decode's sample
   up_->done();
+  release_endpoint();
+}
+
+// The engine has answered: the request's share of its endpoint goes, and a queued request may take
+// the slot (relay_buffered).
+void RequestLife::release_endpoint() {
   guard_.release();
   gen_->admission->poke();
 }

@@ -240,8 +240,7 @@ DecodeSample PoolRouter::decode_sample(Endpoint& ep, double tokens, double elaps
   }
   d.kv_usage = b.kv_usage;
   // The others: the peers' decoders (peer_load) and the fresh scrape's running requests no gateway sent.
-  EndpointLoad all = ep.load;
-  if (peer_) peer_->add_to(static_cast<size_t>(&ep - endpoints_.data()), all);
+  const EndpointLoad all = with_peers(ep);
   d.others = std::max(0.0, nonneg(all.in_flight - all.prefill_requests) - b.decoding);
   if (!is_stale(ep, now)) d.others += external_load(ep.signals, ep.load).running;
   return d;
@@ -425,11 +424,16 @@ void PoolRouter::consume_decode(size_t endpoint, int64_t n) {
   endpoints_[endpoint].load.live_context_tokens += n;
 }
 
+EndpointLoad PoolRouter::with_peers(const Endpoint& ep) const {
+  EndpointLoad all = ep.load;
+  if (peer_) peer_->add_to(static_cast<size_t>(&ep - endpoints_.data()), all);
+  return all;
+}
+
 void PoolRouter::on_scrape_start(size_t endpoint) {
   std::lock_guard lock(mu_);
   auto& ep = endpoints_.at(endpoint);
-  EndpointLoad all = ep.load;
-  if (peer_) peer_->add_to(endpoint, all);
+  const EndpointLoad all = with_peers(ep);
   ep.scrape_window = {true, all.in_flight, all.prefill_requests, ep.load.in_flight, ep.load.prefill_requests,
                       ep.load.assigned_since_scrape};
 }
@@ -443,14 +447,13 @@ void PoolRouter::update_signals(size_t endpoint, EngineSignals signals) {
   // at its next step after a request has reached it, so a snapshot taken while the scrape was on its
   // way has not seen them. (Other clients' requests are found with the window's highest own counts,
   // below: the two err on the same side, the own load counted, none of it taken for another's.)
-  const auto& w0 = ep.scrape_window;
-  ep.load.assigned_since_scrape = w0.open ? std::max<int64_t>(0, ep.load.assigned_since_scrape - w0.assigned_at_start) : 0;
+  auto& w = ep.scrape_window;
+  ep.load.assigned_since_scrape = w.open ? std::max<int64_t>(0, ep.load.assigned_since_scrape - w.assigned_at_start) : 0;
   ep.load.scrape_failures_in_row = 0;
-  EndpointLoad all = ep.load;  // own + the live peers', as the policy will see it
-  if (peer_) peer_->add_to(endpoint, all);
+  const EndpointLoad all = with_peers(ep);  // own + the live peers', as the policy will see it
   ep.load.in_flight_at_scrape = all.in_flight;
   ep.load.prefill_requests_at_scrape = all.prefill_requests;
-  if (auto& w = ep.scrape_window; w.open) {  // the window's highest (on_scrape_start)
+  if (w.open) {  // the window's highest (on_scrape_start)
     const int64_t peers_in_flight = all.in_flight - ep.load.in_flight, peers_prefill = all.prefill_requests - ep.load.prefill_requests;
     ep.load.in_flight_at_scrape = std::max({all.in_flight, w.all_in_flight, w.own_in_flight_max + peers_in_flight});
     ep.load.prefill_requests_at_scrape = std::max({all.prefill_requests, w.all_prefill, w.own_prefill_max + peers_prefill});

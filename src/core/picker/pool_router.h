@@ -275,6 +275,8 @@ class PoolRouter {
   // The endpoint's own load as a sample's batch: its own decoders, the KV they read, and the KV
   // usage last scraped (mu_ held).
   static PrefillSample own_batch(const Endpoint& ep);
+  // The endpoint's load with the live peers' added, as the policy sees it (mu_ held).
+  EndpointLoad with_peers(const Endpoint& ep) const;
   // A decode of `tokens` tokens that took `elapsed_ms`, ending at `now`, beside the endpoint's own
   // batch: its mean since `from` (the batch area then), or as it is now (nullptr, or no time since),
   // and the others decoding there (DecodeSample::others; mu_ held).

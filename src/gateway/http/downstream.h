@@ -32,9 +32,11 @@ class Downstream {
     SteadyClock::time_point until;
   };
   // Writes a, b and c to the client under the deadline set with deadline(); false when the client is
-  // gone (it is then marked gone). With `progress`, each time the client takes bytes of a write the
-  // kernel could not take at once, that deadline is moved to min(now + stall, until): a large answer
-  // to a slow client that keeps reading is not cut at the first stall window.
+  // gone (it is then marked gone). With `progress`, a write the kernel could not take at once is cut
+  // only when the client took no byte over a whole window: each time the client-write deadline
+  // passes with bytes acknowledged since the last look, it moves to min(now + stall, until), so a
+  // large answer to a slow client that keeps reading is not cut at the first stall window (one
+  // that stops is cut between stall and twice stall after its last byte).
   virtual boost::asio::awaitable<bool> write(std::string_view a, std::string_view b = {}, std::string_view c = {},
                                              std::optional<Progress> progress = std::nullopt) = 0;
   virtual bool gone() const = 0;
