@@ -52,6 +52,7 @@ struct Flight {
   int64_t input_tokens = 0;
   int64_t output_tokens = 0;
   int64_t predicted_cached = 0;
+  float expected_ttft_ms = 0;  // the chosen candidate's (Candidate::expected_ttft_ms; 0: none)
   int source = 0;  // KvEventIndex::Source of the prediction (learned without events)
   bool admitted = false;  // the engine's cached tokens were counted
   bool whole = false;     // a whole answer (FleetConfig::whole_answers): the gateway hears of it at its end
@@ -215,6 +216,7 @@ class Simulation {
     r.kv_event_batches = kv_batches_;
     r.peer_reports = peer_reports_;
     r.client_retries = client_retries_;
+    r.ttft_estimate = ttft_estimate_of(ttft_ratios_);
     for (size_t k = 0; k < 3; ++k)
       r.by_source[k] = {by_source_[k][0], by_source_[k][1], by_source_[k][2]};
     r.prefix_hit_rate = q ? double(h) / double(q) : 0.0;
@@ -388,6 +390,7 @@ class Simulation {
     f.guard = router->dispatch(pick, chosen, now_);
     f.endpoint = static_cast<int>(chosen.endpoint);
     f.predicted_cached = chosen.predicted_cached_tokens;
+    f.expected_ttft_ms = chosen.expected_ttft_ms;
     if (auto& ev = gateways_[g].events)
       ev->count(chosen.endpoint, [&](KvEndpointCounters& c) {
         for (size_t k = 0; k < 3; ++k)
@@ -452,6 +455,7 @@ class Simulation {
       }
       if (out.first_token && !f.first_token) {
         f.first_token = now_;
+        if (f.expected_ttft_ms > 0) ttft_ratios_.push_back(to_millis(now_ - f.dispatched) / f.expected_ttft_ms);
         if (!f.whole) f.guard.on_first_token(now_);
       }
       if (out.new_tokens > 0 && !f.whole) {
@@ -597,6 +601,7 @@ class Simulation {
         f.endpoint >= 0 ? f.predicted_cached : 0, f.engine_cached, r.status);
     out += r.ttft ? fmt::format("{:.3f}", to_millis(*r.ttft)) : std::string("null");
     out += fmt::format(",\"e2e_ms\":{:.3f}", to_millis(r.e2e));
+    if (f.expected_ttft_ms > 0) out += fmt::format(",\"expected_ttft_ms\":{:.3f}", f.expected_ttft_ms);
     if (cfg_.client_retries > 0) out += fmt::format(",\"retries\":{}", retries);
     if (cfg_.whole_answers > 0) out += f.whole ? ",\"whole\":true" : ",\"whole\":false";
     if (!f.explain.empty()) out += ",\"explain\":" + f.explain;
@@ -685,6 +690,7 @@ class Simulation {
   double kv_sum_ = 0;
   int64_t kv_samples_ = 0;
   int64_t predicted_cached_ = 0, engine_cached_ = 0, kv_batches_ = 0, peer_reports_ = 0;
+  std::vector<double> ttft_ratios_;  // each first token's TTFT from its dispatch over its candidate's estimate
   std::deque<PeerInTransit> peers_in_transit_;
   int64_t by_source_[3][3] = {};  // per source: predicted, engine cached, requests
 };
@@ -710,6 +716,19 @@ std::variant<FleetResult, std::string> run_fleet(const FleetConfig& cfg) {
   } catch (const ConfigError& e) {
     return std::string(e.what());
   }
+}
+
+TtftEstimate ttft_estimate_of(std::vector<double> ratios) {
+  TtftEstimate t;
+  t.requests = static_cast<int64_t>(ratios.size());
+  if (ratios.empty()) return t;
+  const auto at = [&](double q) {
+    auto it = ratios.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(ratios.size() - 1));
+    std::nth_element(ratios.begin(), it, ratios.end());
+    return *it;
+  };
+  t.p10 = at(0.1), t.p50 = at(0.5), t.p90 = at(0.9);
+  return t;
 }
 
 std::string hot_prefix_json(const FleetResult& r) {
@@ -748,6 +767,9 @@ std::string result_json(const FleetConfig& cfg, const FleetResult& r) {
                      r.kv_event_batches, r.peer_reports, r.client_retries, r.by_source[0][0], r.by_source[0][1], r.by_source[0][2], r.by_source[1][0],
                      r.by_source[1][1], r.by_source[1][2], r.by_source[2][0], r.by_source[2][1], r.by_source[2][2]);
   out += hot_prefix_json(r);
+  if (r.ttft_estimate.requests > 0)
+    out += fmt::format("\"ttft_estimate\":{{\"requests\":{},\"p10\":{:.4g},\"p50\":{:.4g},\"p90\":{:.4g}}},",
+                       r.ttft_estimate.requests, r.ttft_estimate.p10, r.ttft_estimate.p50, r.ttft_estimate.p90);
   out += "\"figures\":" + workload::to_json(r.figures) + "}";
   return out;
 }

@@ -100,6 +100,14 @@ struct FleetConfig {
   double whole_answers = 0;
 };
 
+// The picker's TTFT estimates against the TTFTs they were for (ttft_estimate_ratio: got / expected,
+// from the dispatch), over the requests whose chosen candidate had one (the sluice policy's).
+struct TtftEstimate {
+  int64_t requests = 0;
+  double p10 = 0, p50 = 0, p90 = 0;
+};
+TtftEstimate ttft_estimate_of(std::vector<double> ratios);
+
 struct FleetResult {
   workload::Figures figures;
   std::string workload_description;
@@ -115,6 +123,7 @@ struct FleetResult {
   int64_t kv_event_batches = 0;          // delivered to each gateway
   int64_t peer_reports = 0;              // load reports sent (each delivered to every other gateway)
   int64_t client_retries = 0;            // refused requests that came back (FleetConfig::client_retries)
+  TtftEstimate ttft_estimate;
   // The same per source of the prediction (learned, events, recent: KvEventIndex::Source), with
   // the number of requests: {predicted, engine cached, requests}.
   std::array<std::array<int64_t, 3>, 3> by_source{};

@@ -175,13 +175,21 @@ int run(const Flags& f) {
     fmt::print("workload: {}\n", results[0] ? results[0]->workload_description : f.w.workload);
     fmt::print("{}", workload::to_table(rows));
     const bool hot = results[0] && !results[0]->hot_group.empty();
-    fmt::print("\n{:>14}  {:>6}  {}{:>9}  {:>11}  {:>13}  {:>9}{}{}{}\n", "policy", "rate",
+    // The picker's calibration: first tokens' TTFT from the dispatch over the estimate (sluice).
+    const bool est = std::ranges::any_of(results, [](const auto& r) { return r && r->ttft_estimate.requests > 0; });
+    const auto est_cell = [](const fleetsim::FleetResult& r) {
+      const auto& t = r.ttft_estimate;
+      return t.requests > 0 ? fmt::format("  {:>24}", fmt::format("{:.2f}/{:.2f}/{:.2f}", t.p10, t.p50, t.p90))
+                            : fmt::format("  {:>24}", "-");
+    };
+    fmt::print("\n{:>14}  {:>6}  {}{:>9}  {:>11}  {:>13}  {:>9}{}{}{}{}\n", "policy", "rate",
                multi ? fmt::format("{:>8}  {:>7}  ", "gateways", "index") : std::string(), "hit rate", "preemptions",
                "picks min/max", "mean kv", multi ? "  pred/engine cached" : "",
-               hot ? "  hot holders mean/max (receivers/s)" : "", f.client_retries > 0 ? "  client retries" : "");
+               hot ? "  hot holders mean/max (receivers/s)" : "", f.client_retries > 0 ? "  client retries" : "",
+               est ? "  ttft got/expected p10/50/90" : "");
     for (size_t i = 0; i < runs.size(); ++i)
       if (results[i])
-        fmt::print("{:>14}  {:>6}  {}{:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%{}{}{}\n", runs[i].policy,
+        fmt::print("{:>14}  {:>6}  {}{:>8.1f}%  {:>11}  {:>13}  {:>8.1f}%{}{}{}{}\n", runs[i].policy,
                    results[i]->figures.labels[2].second,
                    multi ? fmt::format("{:>8}  {:>7}  ", runs[i].gateways, index_label(runs[i]))
                          : std::string(),
@@ -196,7 +204,8 @@ int run(const Flags& f) {
                    hot ? fmt::format("  {:>10.1f}/{} ({:.1f})", results[i]->hot_holders_mean(),
                                      results[i]->hot_holders_max(), results[i]->hot_receivers_mean())
                        : std::string(),
-                   f.client_retries > 0 ? fmt::format("  {:>14}", results[i]->client_retries) : std::string());
+                   f.client_retries > 0 ? fmt::format("  {:>14}", results[i]->client_retries) : std::string(),
+                   est ? est_cell(*results[i]) : std::string());
     if (f.tenants)
       for (size_t i = 0; i < runs.size(); ++i)
         if (results[i])

@@ -38,6 +38,11 @@ GatewayMetrics::GatewayMetrics(MetricsRegistry& r)
                       {"pool", "model", "adapter"}, itl_buckets())),
       pick(r.histogram("sluice_pick_duration_seconds", "Picker decision time (ranking every endpoint).", {"pool"},
                        pick_buckets())),
+      ttft_estimate(r.histogram("sluice_ttft_estimate_ratio",
+                                "A streamed request's time to first token from its pick over the TTFT the picker "
+                                "expected on the endpoint it chose (1: the picker's model of the engines is right; "
+                                "policies with estimates only: sluice).",
+                                {"pool"}, ratio_buckets())),
       overhead_family(r.histogram("sluice_gateway_overhead_seconds",
                                   "What the gateway itself costs a request, by phase: read_body, parse, admit (with the "
                                   "queue wait), pick, connect (lease or open an upstream connection), send_request (the "
@@ -82,7 +87,7 @@ Gateway::Gateway(std::shared_ptr<const Config> config, const GatewayOptions& opt
 AdmissionHost Gateway::admission_host() { return admission_host_; }
 
 GenerationInputs Gateway::generation_inputs(uint64_t seed) {
-  return GenerationInputs{metrics_.duration, metrics_.ttft, metrics_.itl, metrics_.pick, metrics_.requests, admission_host_,
+  return GenerationInputs{metrics_.duration, metrics_.ttft, metrics_.itl, metrics_.pick, metrics_.ttft_estimate, metrics_.requests, admission_host_,
                           seed};
 }
 

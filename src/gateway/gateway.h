@@ -42,6 +42,7 @@ struct GatewayMetrics {
   HistogramFamily& ttft;         // pool, model, adapter
   HistogramFamily& itl;          // pool, model, adapter
   HistogramFamily& pick;         // pool
+  HistogramFamily& ttft_estimate;  // pool
   HistogramFamily& overhead_family;                 // phase
   std::array<Histogram*, kOverheadPhases> overhead_series;  // resolved once
   CounterFamily& admin_requests;                    // path, status (the admin listener)

@@ -62,7 +62,7 @@ std::shared_ptr<Generation> build_generation(std::shared_ptr<const Config> confi
       if (it != previous->pools.end() && it->second->config().fingerprint == pc.fingerprint) reuse = it->second;
     }
     if (!reuse) {
-      PoolSeries series{&in.pick.with({pc.name})};
+      PoolSeries series{&in.pick.with({pc.name}), &in.ttft_estimate.with({pc.name})};
       reuse = std::make_shared<PoolRuntime>(pc, next_runtime_id.fetch_add(1), seed++, series);
       // A changed pool (an endpoint added or removed, a limit changed) keeps the cache affinity
       // learned for the endpoints it still has.

@@ -32,7 +32,8 @@ class RenderRuntime;
 struct AdmissionHost;
 
 struct PoolSeries {
-  Histogram* pick;  // picker decision time
+  Histogram* pick;           // picker decision time
+  Histogram* ttft_estimate;  // a first token's TTFT over the picker's estimate
 };
 
 // The latency series of one configured model name ({pool, model, adapter}: core/metrics/
@@ -103,6 +104,7 @@ struct GenerationInputs {
   HistogramFamily& ttft;      // pool, model, adapter
   HistogramFamily& itl;       // pool, model, adapter
   HistogramFamily& pick;
+  HistogramFamily& ttft_estimate;  // pool
   CounterFamily& requests;
   const AdmissionHost& admission;
   uint64_t seed;

@@ -153,6 +153,7 @@ class RequestLife {
   std::string_view client_;
   SteadyClock::time_point start_, total_deadline_;
   Time picked_at_{};  // the ranking's time (the first placement's)
+  SteadyClock::time_point picked_steady_{};  // the same on the steady clock
   RequestRecord rec_;
   std::optional<RequestModel> model_;
   const ModelRoute* route_ = nullptr;
@@ -278,6 +279,7 @@ asio::awaitable<bool> RequestLife::run() {
     if (model_->num_inputs <= 1) pick_.input_tokens = static_cast<int64_t>(token_ids_->size());
   }
   health_ = &pool_->health;
+  picked_steady_ = phase;
   const Time picked_at = picked_at_ = gw_.at(phase);
   health_->refresh(picked_at);
   auto candidates = router_->rank(pick_, picked_at);
@@ -392,6 +394,9 @@ asio::awaitable<bool> RequestLife::forward(const std::vector<Candidate>& candida
       // The first placement at the ranking's time (as in fleetsim); a retry's at its own.
       guard_ = router_->place(pick_, candidates, i, rec_.attempts == 0 ? picked_at_ : gw_.now());
       const auto& cand = candidates[i];
+      // The TTFT the ranking expected there, from the pick: a first placement's only (a retry's
+      // endpoint was ranked before the failed attempt).
+      rec_.expected_ttft_ms = rec_.attempts == 0 && cand.expected_ttft_ms > 0 ? cand.expected_ttft_ms : -1.0;
       ++rec_.attempts;  // attempts made (a candidate skipped at the cap is not one)
       rec_.endpoint = router_->config().endpoints[cand.endpoint].name;
       rec_.predicted_cached_tokens = cand.predicted_cached_tokens;
@@ -749,6 +754,8 @@ void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
     if (!rec_.ttft) {
       rec_.ttft = now - start_;
       guard_.on_first_token(gw_.now());
+      if (rec_.expected_ttft_ms > 0)  // the picker's calibration (sluice_ttft_estimate_ratio)
+        pool_->series.ttft_estimate->observe(to_millis(now - picked_steady_) / rec_.expected_ttft_ms);
     } else {
       const auto gap = now - last_token_;
       rec_.max_gap = std::max<Duration>(rec_.max_gap, gap);

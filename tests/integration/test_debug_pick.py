@@ -110,6 +110,81 @@ class WholeAnswers(unittest.TestCase):
             tmp.cleanup()
 
 
+def ratio_buckets(admin):
+    """{le: cumulative count} of the chat pool's sluice_ttft_estimate_ratio."""
+    out = {}
+    for line in fleet.admin_metrics(admin).splitlines():
+        if line.startswith('sluice_ttft_estimate_ratio_bucket{pool="chat",le="'):
+            le = line.split('le="')[1].split('"')[0]
+            out[float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def median_bucket(before, after):
+    """The upper bound of the bucket holding the median of the observations between two scrapes."""
+    delta = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = delta[-1][1]
+    return next(le for le, c in delta if c >= total / 2), total
+
+
+class TtftEstimate(unittest.TestCase):
+    def test_the_picker_learns_the_engines_front_end_and_its_estimates_hold(self):
+        """`sluice sim` spends 20 ms in each request's front end (HTTP and tokenizer, as vLLM's) before
+        its scheduler sees it: the picker learns it (/debug/pick's frontend_ms) from the prefills
+        that came to an idle replica, and once learned, the TTFT a streamed request gets from its
+        pick over the TTFT the picker expected (sluice_ttft_estimate_ratio) has its median in a
+        bucket of 0.9-1.25. Open-loop arrivals (~8/s), prompts of 20-1,500 words."""
+        import random
+        import threading
+        sim, ports = fleet.start_sim(SLUICE, 2)
+        tmp = tempfile.TemporaryDirectory()
+        gw = None
+        try:
+            gw, listen, admin = fleet.start_gateway(SLUICE, ports, tmp.name)
+            statuses = []
+
+            def ask(i):
+                n = [20, 200, 600, 1500][i % 4]
+                body = json.dumps({"model": fleet.MODEL, "max_tokens": 8, "stream": True, "ignore_eos": True,
+                                   "messages": [{"role": "user", "content": f"request {i}: " + "word " * n * 4}]})
+                statuses.append(fleet.http_req(listen, "POST", "/v1/chat/completions", body, timeout=60)[0])
+
+            rng = random.Random(11)
+
+            def run(first, n):
+                threads = []
+                for i in range(first, first + n):
+                    t = threading.Thread(target=ask, args=(i,))
+                    t.start()
+                    threads.append(t)
+                    time.sleep(rng.expovariate(8.0))
+                for t in threads:
+                    t.join()
+
+            probe = json.dumps({"model": fleet.MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "x " * 400}]})
+
+            def frontend_ms():
+                return json.loads(fleet.http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]["terms"]["frontend_ms"]
+
+            self.assertEqual(frontend_ms(), 0)  # nothing learned yet
+            run(0, 60)  # learning
+            learned = frontend_ms()
+            self.assertGreater(learned, 12, "the engine's front end (20 ms) not learned")
+            self.assertLess(learned, 32)
+            before = ratio_buckets(admin)
+            run(60, 60)
+            median, count = median_bucket(before, ratio_buckets(admin))
+            self.assertEqual(statuses, [200] * 120)
+            self.assertEqual(count, 60)  # one observation per streamed request
+            self.assertGreaterEqual(median, 0.9)
+            self.assertLessEqual(median, 1.25 if fleet.SANITIZED_SLOWDOWN == 1 else 1.5)
+        finally:
+            if gw:
+                gw.stop()
+            sim.stop()
+            tmp.cleanup()
+
+
 class RoutingHeaders(unittest.TestCase):
     def test_endpoint_and_predicted_cached_tokens_headers(self):
         sim, ports = fleet.start_sim(SLUICE, replicas=2)

@@ -48,6 +48,11 @@ const BucketBounds& pick_buckets() {
   return b;
 }
 
+const BucketBounds& ratio_buckets() {
+  static const BucketBounds b{0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2, 3, 5, 10};
+  return b;
+}
+
 size_t bucket_index(const BucketBounds& bounds, double v) {
   return static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
 }

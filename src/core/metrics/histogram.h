@@ -31,7 +31,8 @@ const BucketBounds& duration_buckets();  // gateway request duration: 0.5 ms .. 
 const BucketBounds& ttft_buckets();
 const BucketBounds& itl_buckets();
 const BucketBounds& e2e_buckets();   // engine e2e and queue time
-const BucketBounds& pick_buckets();  // picker decision time: 1 us .. 10 ms
+const BucketBounds& pick_buckets();
+const BucketBounds& ratio_buckets();  // a measured value over its estimate: 0.25 .. 10, finest near 1  // picker decision time: 1 us .. 10 ms
 const BucketBounds& overhead_buckets();  // the gateway's own cost by phase: 1 us .. 10 s
 
 // Index of the bucket `v` falls in: bounds.size() is +Inf.

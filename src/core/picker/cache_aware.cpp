@@ -47,7 +47,7 @@ void CacheAwarePolicy::rank(const PickRequest& req, std::span<const EndpointView
     if (smallest == SIZE_MAX || prefix_.index().entries(v.index) < prefix_.index().entries(endpoints[smallest].index))
       smallest = i;
     out.push_back({v.index, -static_cast<double>(v.load->in_flight),
-                   v.index < matched.size() ? prefix_.cached_tokens(m, req.input_tokens) : 0, false});
+                   candidate_tokens(v.index < matched.size() ? prefix_.cached_tokens(m, req.input_tokens) : 0), false});
   }
   if (!imbalanced_) {
     const size_t first = best_ratio_ > params_.cache_threshold ? best : smallest;

@@ -60,7 +60,7 @@ void LlmdDefaultPolicy::rank(const PickRequest& req, std::span<const EndpointVie
   for (size_t i = 0; i < endpoints.size(); ++i) {
     double score = params_.queue_weight * queue_scores_[i] + params_.kv_weight * (1.0 - kv_[i]) +
                    params_.prefix_weight * prefix_scores_[i];
-    k.push_back({{endpoints[i].index, score, cached_[i], saturated_[i]}, rng_()});
+    k.push_back({{endpoints[i].index, score, candidate_tokens(cached_[i]), saturated_[i]}, rng_()});
   }
   std::sort(k.begin(), k.end(), [](const Keyed& a, const Keyed& b) {
     if (a.c.saturated != b.c.saturated) return !a.c.saturated;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,7 +42,7 @@ struct PickRequest {
 struct Candidate {
   size_t endpoint = 0;
   double score = 0;                    // higher is better; meaning is the policy's own
-  int64_t predicted_cached_tokens = 0;
+  int32_t predicted_cached_tokens = 0;  // (a prompt's tokens fit: contexts are < 2^31)
   bool saturated = false;              // beyond queue / KV limits: only a last resort
   // Set on the first candidate only: the policy advises refusing the request (sluice's shedding:
   // it would miss its latency SLO on every endpoint because of their load). See shed_advised.
@@ -53,8 +54,23 @@ struct Candidate {
   // (sluice_microbench, 64 endpoints).
   uint16_t retry_after_ms = 0;
   uint16_t shed_work_ms = 0;
+  // The policy's expected time to first token there, in ms from the ranking (0: the policy has no
+  // estimate). Drivers compare it with the TTFT the request got (ttft_estimate_ratio): the picker's
+  // calibration, sluice_ttft_estimate_ratio.
+  float expected_ttft_ms = 0;
 };
 static_assert(sizeof(Candidate) == 32);
+
+// The TTFT a request got over the one its candidate expected (1: the picker's model was right), or
+// < 0 when the candidate had no estimate.
+inline double ttft_estimate_ratio(const Candidate& c, double measured_ms) {
+  return c.expected_ttft_ms > 0 ? measured_ms / static_cast<double>(c.expected_ttft_ms) : -1.0;
+}
+
+// `tokens` as a Candidate's predicted_cached_tokens (clamped to its 32 bits).
+inline int32_t candidate_tokens(int64_t tokens) {
+  return static_cast<int32_t>(std::clamp<int64_t>(tokens, 0, std::numeric_limits<int32_t>::max()));
+}
 
 // `ms` as a Candidate's 16-bit ms field: rounded up, at most 65,535.
 inline uint16_t candidate_ms(double ms) {
@@ -101,11 +117,15 @@ struct HotPrefix {
 // steps, up to its token budget), and the KV usage last scraped. `mid_step`: it became the head at
 // its dispatch while own requests decoded there, so a step was in progress and it waited for the
 // next (an engine schedules an arrival from its next step on); a head after another's first token
-// starts at a step's end.
+// starts at a step's end. `at_dispatch`: it became the head at its dispatch.
 struct PrefillSample {
   double tokens = 0, pairs = 0, elapsed_ms = 0, decoding = 0, kv_read = 0, behind = 0;
   double kv_usage = 0;  // the endpoint's KV usage as last scraped (0 when unknown)
   bool mid_step = false;
+  // It became the head at its own dispatch (onto an empty own queue), so its time includes the
+  // engine's front end (sluice_policy.h, F); a head after another's first token was in the engine
+  // meanwhile.
+  bool at_dispatch = false;
 };
 
 // One whole answer's decode as the gateway modelled it (PoolRouter::settle_whole): from its

@@ -187,7 +187,7 @@ DispatchGuard PoolRouter::dispatch_locked(const PickRequest& req, const Candidat
   const bool mid_step = head && own_batch(ep).decoding > 0;
   // A whole answer's first token is never seen; an embedding's answer is its prefill.
   ep.prefill_fifo.push_back({g.seq_, g.prefill_, g.pairs_, req.whole_answer && req.kind != ApiKind::embedding, g.decode_, now});
-  if (head) set_head(ep, now, true, mid_step);
+  if (head) set_head(ep, now, true, mid_step, true);
   last_now_ = std::max(last_now_, now);
   load.decode_tokens += g.decode_;
   load.assigned_since_scrape += 1;
@@ -273,17 +273,19 @@ void PoolRouter::leave_prefill_queue(Endpoint& ep, std::deque<Endpoint::Pending>
   set_head(ep, now, known && !whole);
 }
 
-void PoolRouter::set_head(Endpoint& ep, Time since, bool known, bool mid_step) {
+void PoolRouter::set_head(Endpoint& ep, Time since, bool known, bool mid_step, bool at_dispatch) {
   const auto& fifo = ep.prefill_fifo;
   ep.load.prefill_head_tokens = fifo.empty() ? 0 : fifo.front().tokens;
   ep.load.prefill_head_pairs = fifo.empty() ? 0.0 : fifo.front().pairs;
   ep.load.prefill_head_since = since;
   ep.head_known = known;
   ep.head_mid_step = mid_step;
+  ep.head_at_dispatch = at_dispatch;
   ep.head_done_at = Time::max();
   if (fifo.empty() || !fifo.front().whole) return;
   PrefillSample head = own_batch(ep);
   head.mid_step = mid_step;
+  head.at_dispatch = at_dispatch;
   head.tokens = static_cast<double>(std::max<int64_t>(0, fifo.front().tokens));
   head.pairs = std::max(0.0, fifo.front().pairs);
   head.behind = static_cast<double>(std::max<int64_t>(0, ep.load.prefill_tokens - fifo.front().tokens));
@@ -404,6 +406,7 @@ double PoolRouter::move_to_decode(size_t endpoint, int64_t prefill, double pairs
       now > ep.load.prefill_head_since) {
     PrefillSample s = own_batch(ep);
     s.mid_step = ep.head_mid_step;
+    s.at_dispatch = ep.head_at_dispatch;
     s.tokens = static_cast<double>(std::max<int64_t>(0, prefill));
     s.pairs = std::max(0.0, pairs);
     s.elapsed_ms = to_millis(now - ep.load.prefill_head_since);

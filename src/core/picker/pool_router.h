@@ -222,6 +222,7 @@ class PoolRouter {
     bool head_known = true;
     // The front became the head at its dispatch with own requests decoding (PrefillSample::mid_step).
     bool head_mid_step = false;
+    bool head_at_dispatch = false;  // it became the head at its dispatch (PrefillSample::at_dispatch)
     // A whole-answer front: when the policy expects its first token (Time::max(): no model), and
     // the uncached tokens behind it its steps carry (whole answers within them are done with it).
     Time head_done_at = Time::max();
@@ -290,7 +291,7 @@ class PoolRouter {
   // moved on: Endpoint::prefilled counts it) or not (it ended while queued). mu_ held.
   static void off_prefill_load(Endpoint& ep, int64_t tokens, double pairs, bool done);
   // The front of the queue became the head at `since` (mu_ held).
-  void set_head(Endpoint& ep, Time since, bool known, bool mid_step = false);
+  void set_head(Endpoint& ep, Time since, bool known, bool mid_step = false, bool at_dispatch = false);
   // Whole-answer heads whose expected first token (Policy::expected_prefill) has passed by
   // `now` leave the prefill queue, one after the other (mu_ held).
   void advance_whole_answers(Endpoint& ep, Time now);

@@ -40,6 +40,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.lost_causes = p.get("lost_causes", s.lost_causes);
   s.engine_itl = p.get("engine_itl", s.engine_itl);
   s.shed = p.get("shed", s.shed);
+  s.frontend_ms = p.get("frontend_ms", s.frontend_ms);
   return s;
 }
 
@@ -112,11 +113,17 @@ struct Duty {
 // step(D, K) / 2 (header, ttft_ms). Without it the TTFT of requests that joined a decoding batch
 // came 1.1-1.4x the estimate (fleetsim traces, seed 70: hot prefix +5 ms, agent sessions +17-25 ms;
 // 1.00 on idle endpoints).
-[[gnu::always_inline]] inline double ttft_of(const SluiceParams& p, const SluiceInputs& in, double U, double queue_tokens,
-                                             double queue_pairs) {
+// In the engine's scheduler: from the end of its front end (F, header) on.
+[[gnu::always_inline]] inline double scheduled_ttft_of(const SluiceParams& p, const SluiceInputs& in, double U,
+                                                       double queue_tokens, double queue_pairs) {
   const double D = in.decoding;
   const double in_progress = D > 0 ? 0.5 * step_ms(p, D, in.kv_read) : 0.0;
   return in_progress + prefill_steps_ms(p, in, U, queue_tokens, queue_pairs);
+}
+// From its dispatch: the engine's front end first.
+[[gnu::always_inline]] inline double ttft_of(const SluiceParams& p, const SluiceInputs& in, double U, double queue_tokens,
+                                             double queue_pairs) {
+  return p.front_end_ms + scheduled_ttft_of(p, in, U, queue_tokens, queue_pairs);
 }
 
 }  // namespace
@@ -367,7 +374,9 @@ SluicePolicy::SluicePolicy(SluiceParams params, PoolKind kind)
       kind_(kind),
       prefix_(PrefixTrackerOptions{static_cast<size_t>(params.max_prefix_blocks), PrefixIndex::kDefaultCapacityBlocks, true}),
       mean_prompt_(params.mean_prompt_tokens),
-      mean_output_(params.default_output_tokens) {}
+      mean_output_(params.default_output_tokens) {
+  params_.front_end_ms = std::max(0.0, params_.frontend_ms);  // learned from 0 when < 0 (header, F)
+}
 
 double SluicePolicy::output_of(const PickRequest& req) const {
   if (embedding(req)) return 0.0;
@@ -596,6 +605,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
       e.meets_in_ms = meets_slo ? 0.0 : wait;
     }
     e.total = cost.total();
+    e.ttft_ms = cost.ttft_ms;
     e.score = -e.total - (meets_slo ? 0.0 : miss);
     e.premium = -1;
     if (demand > 0) {
@@ -688,7 +698,8 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
   out.clear();
   for (const RankOrder::Item& item : order.sort()) {
     const Eval& e = evals_[item.pos];
-    out.push_back({endpoints[item.pos].index, e.score, e.cached, e.saturated});
+    Candidate& c = out.emplace_back(endpoints[item.pos].index, e.score, candidate_tokens(e.cached), e.saturated);
+    c.expected_ttft_ms = static_cast<float>(e.ttft_ms);
   }
   if (shed_advice_ && !out.empty()) {  // shedding (header, evaluate())
     // The requests shed before this one come back first: their prefill (alone), less what the
@@ -748,7 +759,32 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   if (!(s.elapsed_ms >= 0) || s.kv_usage >= params_.kv_risk_start) return;
   const double model = prefill_model(s).first;
   if (!(model > 0)) return;
-  note_pace(endpoint, pace_bin(model), s.elapsed_ms, model, now);
+  double elapsed = s.elapsed_ms;
+  if (s.at_dispatch) {  // its time includes the engine's front end (header, F)
+    // (Not one with prefills queued behind it: the model has it carry them, and an engine that
+    // started its step as the head came does not; live, with arrivals a millisecond apart, those
+    // read 40-140 ms under the model.)
+    if (s.behind == 0) note_frontend(elapsed - model * pace_of(endpoint));
+    elapsed -= params_.front_end_ms;
+    if (!(elapsed > 0)) return;
+  }
+  note_pace(endpoint, pace_bin(model), elapsed, model, now);
+}
+
+// F (header): a running median of the residuals, each moving it toward itself by 5% of their
+// spread (their mean distance from it, over ~32 samples; the first residual's size to start with)
+// plus C0. What counts: the configured frontend_ms, or the median once at least 8 samples put it
+// past C0 plus the spread (on fleetsim's engines, which have none, the median wanders within
+// +-3 ms of 0 with a spread of ~2: C0 or the spread alone was crossed).
+void SluicePolicy::note_frontend(double residual_ms) {
+  if (params_.frontend_ms >= 0 || !std::isfinite(residual_ms)) return;
+  const double r = std::clamp(residual_ms, -params_.ttft_slo_ms, params_.ttft_slo_ms);
+  if (frontend_samples_++ == 0) frontend_spread_ = std::abs(r);
+  frontend_spread_ += (std::abs(r - frontend_median_) - frontend_spread_) / 32.0;
+  const double step = 0.05 * (frontend_spread_ + params_.c0_ms);
+  frontend_median_ += r > frontend_median_ ? step : -step;
+  const bool counts = frontend_samples_ >= 8 && frontend_median_ > params_.c0_ms + frontend_spread_;
+  params_.front_end_ms = counts ? frontend_median_ : 0.0;
 }
 
 // A decode (header, pace): a whole answer's (header, whole answers) is its tokens at the profile's
@@ -856,7 +892,8 @@ std::pair<double, double> SluicePolicy::prefill_model(const PrefillSample& s) co
   const double shared = std::max(0.0, std::min(s.behind, steps * params_.chunk_tokens - s.tokens));
   // A head that came while a step was in progress waited for its end first, as an arrival does
   // (ttft_of); one after another's first token starts at a step's end.
-  const double ms = s.mid_step ? ttft_of(params_, alone, 0.0, s.tokens + shared, s.pairs)
+  // (The engine's front end is not the model's: F, header.)
+  const double ms = s.mid_step ? scheduled_ttft_of(params_, alone, 0.0, s.tokens + shared, s.pairs)
                                : prefill_steps_ms(params_, alone, 0.0, s.tokens + shared, s.pairs);
   return {ms, shared};
 }
@@ -873,7 +910,9 @@ ExpectedPrefill SluicePolicy::expected_prefill(size_t endpoint, const PrefillSam
   const auto [model, carried] = prefill_model(head);
   if (!(model >= 0)) return {};
   const double fastest = pace_fastest_.known ? pace_fastest_.log_r : 0.0;
-  return {model * std::exp(bin_effect_[pace_bin(model)] + fastest) * pace_of(endpoint), carried};
+  // A head that came at its dispatch spends the engine's front end first (header, F).
+  return {(head.at_dispatch ? params_.front_end_ms : 0.0) + model * std::exp(bin_effect_[pace_bin(model)] + fastest) * pace_of(endpoint),
+          carried};
 }
 
 // A whole answer's tokens (PoolRouter): one per step of the endpoint's batch, at its pace.
@@ -997,6 +1036,12 @@ void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_o
   itl_pool_factor_ = o->itl_pool_factor_;
   bin_effect_ = o->bin_effect_;
   pace_bins_used_ = o->pace_bins_used_;
+  if (params_.frontend_ms < 0) {  // the engines' front end (header, F), learned
+    frontend_median_ = o->frontend_median_;
+    frontend_spread_ = o->frontend_spread_;
+    frontend_samples_ = o->frontend_samples_;
+    params_.front_end_ms = o->params_.front_end_ms;
+  }
   choose_fastest();
   pace_refreshed_ = o->pace_refreshed_;
 }
@@ -1033,6 +1078,7 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
     out.push_back({endpoints[i].index,
                    {{"cost_ms", e.cost.total()},
                     {"ttft_ms", e.cost.ttft_ms},
+                    {"frontend_ms", params_.front_end_ms},  // F in ttft_ms (header)
                     {"decode_ms", e.cost.decode_ms},
                     {"interference_ms", e.cost.interference_ms},
                     {"prefill_imposed_ms", e.cost.prefill_imposed_ms},

@@ -101,12 +101,30 @@
 //         streamed, 22 of 90 checked rates were lost (held-out seeds at 8 and 32 replicas; 0 with
 //         it; bench/results/README.md, round 36).
 //
-//   ttft_ms = [D > 0] step(D, K) / 2 + max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K)
+//   ttft_ms = F + [D > 0] step(D, K) / 2 + max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K)
 //             + eps (Q2 + U (C + U / 2)),
-//             n = max(1, ceil((Q + U) / chunk)): the rest of the decode step in progress (an engine
-//             schedules an arrival from its next step on; half a step on average), then the steps
-//             until this prefill is done (queue, decode interleaved, our own uncached prefill and
-//             its attention)
+//             n = max(1, ceil((Q + U) / chunk)): the engine's front end (F, below), the rest of the
+//             decode step in progress (an engine schedules an arrival from its next step on; half a
+//             step on average), then the steps until this prefill is done (queue, decode
+//             interleaved, our own uncached prefill and its attention)
+//   F     the engines' front end: what a request spends in an engine before its scheduler sees it
+//         (vLLM's and SGLang's HTTP server, chat template and tokenizer: ~5-30 ms; `sluice sim`
+//         --frontend-overhead-ms, 20 by default; fleetsim's engines have none). No engine reports
+//         it. Learned, pool-wide, from the prefills that became their endpoint's head at their
+//         dispatch (PrefillSample::at_dispatch; beside decoders too, whose half step the model has;
+//         none queued behind it): each one's time less the model's at the endpoint's pace (the
+//         front end is not the model's), their
+//         running median (note_frontend). It counts once past C0 (one step's fixed cost) and past
+//         the residuals' own spread (below that it is the model's noise; on fleetsim's engines,
+//         which have no front end, it stays under both), and it is taken off the time of each such
+//         prefill before it is a pace sample (20 ms on a 5 ms prefill read a 2x slow replica as
+//         1.3x). Param frontend_ms (-1, the default: learned; >= 0: that, fixed). The queue ahead
+//         moves while the front end works; F is added, not max(F, queue) (a queue shorter than F
+//         costs nothing in fact): its error is a TTFT too long by at most F. F is the same on every
+//         endpoint: it moves no ranking, only what is tested against the TTFT SLO (shedding, lost
+//         causes, a whole answer's expected first token). Without it the live gateway's TTFTs over
+//         `sluice sim` came 1.25-1.5x the estimate at the median, a short prompt's up to 5x
+//         (sluice_ttft_estimate_ratio).
 //   The default (decode_price 2, SLO-priced): decode, the slowdown of the batch and the stall of the
 //   decoders are priced by the expected lag behind the ITL SLO's pace, the ITL being uncertain; the
 //   TTFT terms stay in plain ms. The goodput SLO and the TTFT percentile are what is measured: a token
@@ -448,6 +466,8 @@ struct SluiceParams {
   double lost_causes = 1;         // 1: a request that misses the TTFT SLO alone is tested against that time plus the SLO (the SLO, above); 0: off
   double itl_calibration = 1;     // 1: the ITL tested against the SLO is calibrated by what streams showed (the SLO, above); 0: off
   double engine_itl = 1;          // 1: the engines' reported ITL is a sample of their pace (pace, above); 0: off
+  double frontend_ms = -1;        // F (above): < 0 learned (the default), >= 0 that, fixed
+  double front_end_ms = 0;        // F in use in ttft_ms (SluicePolicy sets it: frontend_ms, or learned)
   double shed = 2;                // refuse requests that would miss the SLO everywhere because of load, or where
                                   // admitting costs the batch more than it gains (1: only the former; 0: off)
   static SluiceParams from(PolicyParams& p);
@@ -573,6 +593,7 @@ class SluicePolicy : public Policy {
     SluiceInputs in;
     SluiceCost cost;
     int64_t cached = 0;
+    double ttft_ms = 0;  // cost.ttft_ms (the candidate's expected TTFT)
     double itl_ms = 0;
     double score = 0;  // -cost.total(), less kMissesSlo when it misses the SLO (the candidate's score)
     double total = 0;  // cost.total() before the copy credit
@@ -704,6 +725,10 @@ class SluicePolicy : public Policy {
   static size_t pace_bin(double model_ms);
   // One sample of an endpoint's pace: its observed ms against the profile's, in cell `cell`.
   void note_pace(size_t endpoint, size_t cell, double observed_ms, double model_ms, Time now);
+  // F (header): the running median of the idle at-dispatch heads' residuals, and what counts of it.
+  void note_frontend(double residual_ms);
+  double frontend_median_ = 0, frontend_spread_ = 0;
+  int64_t frontend_samples_ = 0;
   // Per endpoint (by index): the adapters last dispatched there, most recent first, as hashes of their
   // names, distinct (adapter_ms above: those among the first max_lora are taken as loaded).
   static constexpr size_t kRecentAdapters = 16;

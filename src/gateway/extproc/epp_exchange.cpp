@@ -55,6 +55,7 @@ struct EppExchange::State {
   const std::shared_ptr<const Generation> gen;
   ActiveRequest active;  // graceful drain waits for the exchange
   const std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point picked{};  // the ranking's time (rec.expected_ttft_ms counts from it)
   std::mutex mu;  // finish() against the decision coroutine and cancel()
 
   // request
@@ -111,6 +112,8 @@ struct EppExchange::State {
       if (!rec.ttft) {
         rec.ttft = now - start;
         guard.on_first_token(gw.now());
+        if (rec.expected_ttft_ms > 0)  // the picker's calibration (sluice_ttft_estimate_ratio)
+          pool->series.ttft_estimate->observe(to_millis(now - picked) / rec.expected_ttft_ms);
       } else {
         const auto gap = now - last_token;
         rec.max_gap = std::max<Duration>(rec.max_gap, gap);
@@ -329,7 +332,7 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
   if (!ticket->tenant().empty()) rec.tenant = std::string(ticket->tenant());
 
   // ---- pick: rank every healthy endpoint, keep the subset hint's, dispatch to the first ----
-  phase = std::chrono::steady_clock::now();
+  picked = phase = std::chrono::steady_clock::now();
   pick = make_pick_request(kind, *route, *model);
   pool->health.refresh(gw.now());
   auto ranked = router.rank(pick, gw.now());
@@ -378,6 +381,7 @@ EppAnswer EppExchange::State::after_admit(AdmitResult admitted) {
       rec.attempts = 1;
       rec.endpoint = router.config().endpoints[candidates.front().endpoint].name;
       rec.predicted_cached_tokens = candidates.front().predicted_cached_tokens;
+      rec.expected_ttft_ms = candidates.front().expected_ttft_ms > 0 ? candidates.front().expected_ttft_ms : -1.0;
       ticket->on_dispatched();
     }
   }
@@ -427,6 +431,7 @@ void EppExchange::on_served(std::string_view endpoint) {
     s.guard = s.pool->router.dispatch(s.pick, c, s.gw.now());
     s.rec.endpoint = eps[c.endpoint].name;
     s.rec.predicted_cached_tokens = c.predicted_cached_tokens;
+    s.rec.expected_ttft_ms = -1;  // ranked before the proxy's failed attempts: no estimate for this one
     s.rec.attempts = static_cast<int>(i) + 1;
     return;
   }

@@ -94,6 +94,8 @@ std::string access_log_line(const RequestRecord& r, std::string_view ts) {
   else out += ",\"queue_ms\":null";
   if (r.ttft) out += fmt::format(",\"ttft_ms\":{:.3f}", to_millis(*r.ttft));
   else out += ",\"ttft_ms\":null";
+  if (r.expected_ttft_ms > 0) out += fmt::format(",\"expected_ttft_ms\":{:.3f}", r.expected_ttft_ms);
+  else out += ",\"expected_ttft_ms\":null";
   out += fmt::format(",\"max_gap_ms\":{:.3f},\"duration_ms\":{:.3f}}}", to_millis(r.max_gap), to_millis(r.duration));
   return out;
 }

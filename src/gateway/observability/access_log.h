@@ -41,6 +41,9 @@ struct RequestRecord {
   // What the picker predicted the engine would find cached on the endpoint it chose (-1: no pick),
   // beside cached_tokens, the engine's own figure: the prefix index's accuracy per request.
   int64_t predicted_cached_tokens = -1;
+  // The TTFT, in ms from its pick, the picker expected on the endpoint it first chose (-1: none, or
+  // the policy has no estimate), beside ttft_ms.
+  double expected_ttft_ms = -1;
   int64_t token_events = 0;        // streamed chunks that carried output
   std::optional<Duration> ttft;
   Duration max_gap{0};             // longest gap between streamed token events

@@ -111,6 +111,12 @@ TEST(SluiceCost, TtftWaitsOutHalfTheDecodeStepInProgress) {
   in.queue_tokens = 9000;  // 9,500 tokens: two chunked steps of 8,192
   EXPECT_NEAR(sluice_cost(kP, in).ttft_ms,
               step / 2 + 0.022 * (9500 + 2 * 8) + 2 * (2.0 + 0.02 * 8 + 5e-5 * 40000) + 1.5e-6 * 500 * 250, 1e-9);
+  // The engine's front end (F) comes first, whatever the endpoint's state; nothing else moves.
+  SluiceParams f = kP;
+  f.front_end_ms = 20;
+  const SluiceCost with = sluice_cost(f, in), without = sluice_cost(kP, in);
+  EXPECT_NEAR(with.ttft_ms, without.ttft_ms + 20, 1e-9);
+  EXPECT_NEAR(with.total() - with.ttft_ms, without.total() - without.ttft_ms, 1e-9);
 }
 
 TEST(SluiceCost, DecodeRunsAtTheBatchItJoins) {
@@ -250,6 +256,37 @@ TEST(SluicePolicyInputs, OwnAccountingAndExternalLoad) {
   for (auto& x : ex[0].terms) term[x.name] = x.value;
   EXPECT_EQ(term["decoding"], 3);
   EXPECT_EQ(term["kv_read_tokens"], 40000);
+}
+
+// Each candidate carries the TTFT its ranking expected there (Candidate::expected_ttft_ms, what the
+// drivers compare the TTFT the request got with): the explanation's ttft_ms, the queue's included.
+TEST(SluicePolicyInputs, EachCandidateCarriesItsExpectedTtft) {
+  SluicePolicy p({}, PoolKind::chat);
+  FakePool pool(3);
+  for (size_t i = 0; i < 3; ++i) pool.signals[i].kv_capacity_blocks = 10000;
+  pool.loads[1].in_flight = 3;  // decoders
+  pool.loads[2].in_flight = 4;  // decoders and a queue
+  pool.loads[2].prefill_requests = 2;
+  pool.loads[2].prefill_tokens = 6000;
+  const std::string t(4000, 'x');
+  auto v = pool.views();
+  std::vector<Candidate> out;
+  p.rank(testing::chat(t, 1000, 100), v, Time{}, out);
+  std::vector<Explanation> ex;
+  p.explain(testing::chat(t, 1000, 100), v, Time{}, ex);
+  ASSERT_EQ(out.size(), 3u);
+  std::map<size_t, double> ttft;
+  for (auto& x : ex)
+    for (auto& term : x.terms)
+      if (term.name == "ttft_ms") ttft[x.endpoint] = term.value;
+  for (const Candidate& c : out) {
+    EXPECT_GT(c.expected_ttft_ms, 0) << c.endpoint;
+    EXPECT_NEAR(c.expected_ttft_ms, ttft.at(c.endpoint), 1e-3 * ttft.at(c.endpoint)) << c.endpoint;
+    EXPECT_NEAR(ttft_estimate_ratio(c, 2.0 * c.expected_ttft_ms), 2.0, 1e-9);
+  }
+  EXPECT_LT(ttft.at(0), ttft.at(1));  // the decoders' step in progress
+  EXPECT_LT(ttft.at(1), ttft.at(2));  // and the queue ahead
+  EXPECT_LT(ttft_estimate_ratio(Candidate{}, 10.0), 0);  // no estimate
 }
 
 // Other clients' requests are the scrape's less what was ours when it was taken. Three of our

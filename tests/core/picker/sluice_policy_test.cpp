@@ -27,11 +27,11 @@ double term_of(const std::vector<Explanation>& ex, size_t e, std::string_view na
 }
 
 // A 4,000-character chat's explanation on `n` idle endpoints at 200 ms (the pace factors' terms).
-std::vector<Explanation> explain_idle(SluicePolicy& p, size_t n) {
+std::vector<Explanation> explain_idle(SluicePolicy& p, size_t n, Time at = Time{std::chrono::milliseconds(200)}) {
   FakePool pool(n);
   std::vector<Explanation> ex;
   auto v = pool.views();
-  p.explain(testing::chat(prompt('a', 4000), 1000), v, Time{std::chrono::milliseconds(200)}, ex);
+  p.explain(testing::chat(prompt('a', 4000), 1000), v, at, ex);
   return ex;
 }
 
@@ -259,6 +259,82 @@ TEST(SluicePolicy, PaceFollowsWhatAnEndpointsPrefillsTake) {
 // pool's mean per size took the slow endpoints' large prefills for the size's, and priced them
 // about 1.3x. Streamed decodes are samples too: their steps against the model's, with the own
 // prefill they carried.
+// F (sluice_policy.h): what a request spends in an engine's front end before its scheduler sees
+// it, learned from the prefills that became an idle endpoint's head at their dispatch. Endpoints 0
+// and 1 run the model's steps, 2 and 3 twice them; every request spends 20 ms first. F is learned
+// (ttft_ms carries it), and taken off those samples' times before they are the pace's: the slow
+// endpoints read 2x; with F held at 0 they read 1.3x (the 20 ms common to both).
+TEST(SluicePolicy, TheEnginesFrontEndIsLearnedFromIdleHeadsAtTheirDispatch) {
+  PrefillSample small;
+  small.tokens = 200;
+  small.pairs = 200.0 * 100.0;
+  small.at_dispatch = true;
+  const double small_ms = 2 + 5.5 + 1.5e-6 * small.pairs;  // one step under the weight floor
+  const auto feed = [&](SluicePolicy& p, double front_ms, PrefillSample s) {
+    for (int i = 0; i < 300; ++i) {  // 30 s, a ranking every 100 ms (the pace's refresh)
+      const Time t{std::chrono::milliseconds(100 * i)};
+      for (size_t e = 0; e < 4; ++e) {
+        s.elapsed_ms = front_ms + (e < 2 ? 1.0 : 2.0) * small_ms * (i % 2 ? 1.1 : 0.9);
+        p.on_prefill_done(e, s, t);
+      }
+      explain_idle(p, 4, t);
+    }
+  };
+  SluicePolicy learned({}, PoolKind::chat);
+  feed(learned, 20, small);
+  const Time end{std::chrono::seconds(30)};
+  auto ex = explain_idle(learned, 4, end);
+  EXPECT_NEAR(term_of(ex, 0, "frontend_ms"), 20.0, 2.0);
+  EXPECT_NEAR(term_of(ex, 2, "pace"), 2.0, 0.25);
+  // An idle endpoint's TTFT: F, then its prefill (the same request on a fresh policy, F 0).
+  const double ttft0 = term_of(explain_idle(*std::make_unique<SluicePolicy>(SluiceParams{}, PoolKind::chat), 1), 0, "ttft_ms");
+  EXPECT_NEAR(term_of(ex, 0, "ttft_ms"), ttft0 + term_of(ex, 0, "frontend_ms"), 1e-9);
+  // A whole answer's head at its dispatch is expected after F too; one after another's first token not.
+  PrefillSample head = small;
+  const double at_dispatch = learned.expected_prefill(0, head).ms;
+  head.at_dispatch = false;
+  EXPECT_NEAR(at_dispatch - learned.expected_prefill(0, head).ms, term_of(ex, 0, "frontend_ms"), 1e-9);
+
+  SluiceParams fixed;
+  fixed.frontend_ms = 0;  // held at 0: not learned
+  SluicePolicy held(fixed, PoolKind::chat);
+  feed(held, 20, small);
+  ex = explain_idle(held, 4, end);
+  EXPECT_EQ(term_of(ex, 0, "frontend_ms"), 0.0);
+  EXPECT_LT(term_of(ex, 2, "pace"), 1.5);
+  fixed.frontend_ms = 5;  // configured: that, whatever the samples say
+  SluicePolicy five(fixed, PoolKind::chat);
+  feed(five, 20, small);
+  EXPECT_EQ(term_of(explain_idle(five, 4, end), 0, "frontend_ms"), 5.0);
+
+  // Not learned from the model's noise alone, nor from heads that came after another's first token
+  // (they were in the engine meanwhile) or with prefills queued behind them.
+  SluicePolicy noise({}, PoolKind::chat);
+  feed(noise, 0, small);
+  EXPECT_EQ(term_of(explain_idle(noise, 4, end), 0, "frontend_ms"), 0.0);
+  for (auto tweak : {+[](PrefillSample& s) { s.at_dispatch = false; }, +[](PrefillSample& s) { s.behind = 500; }}) {
+    SluicePolicy q({}, PoolKind::chat);
+    PrefillSample s = small;
+    tweak(s);
+    feed(q, 20, s);
+    EXPECT_EQ(term_of(explain_idle(q, 4, end), 0, "frontend_ms"), 0.0);
+  }
+  // Beside decoders (a step in progress at its dispatch): the same 20 ms over the model's time there.
+  SluicePolicy busy({}, PoolKind::chat);
+  PrefillSample b = small;
+  b.decoding = 8;
+  b.kv_read = 8 * 2000;
+  b.mid_step = true;
+  const double step = 2 + 5.5 + 0.02 * 8 + 5e-5 * b.kv_read;  // step(D, K), under the weight floor
+  for (int i = 0; i < 300; ++i) {
+    const Time t{std::chrono::milliseconds(100 * i)};
+    b.elapsed_ms = 20 + step * (i % 4) / 3.0 + (step + 1.5e-6 * b.pairs) * (i % 2 ? 1.1 : 0.9);  // a step's wait in [0, step]
+    busy.on_prefill_done(0, b, t);
+    explain_idle(busy, 1, t);
+  }
+  EXPECT_NEAR(term_of(explain_idle(busy, 1, end), 0, "frontend_ms"), 20.0, 3.0);
+}
+
 TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
   SluicePolicy p({}, PoolKind::chat);
   PrefillSample small, large;

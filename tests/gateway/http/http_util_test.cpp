@@ -66,7 +66,9 @@ TEST(AccessLog, LineIsJsonWithEveryField) {
   EXPECT_NE(line.find("\"outcome\":\"client_cancelled\""), std::string::npos);
   EXPECT_NE(line.find("\"prompt_tokens\":10,\"completion_tokens\":null"), std::string::npos);
   EXPECT_NE(line.find("\"cached_tokens\":4,\"predicted_cached_tokens\":8"), std::string::npos) << line;
-  EXPECT_NE(line.find("\"ttft_ms\":12.000"), std::string::npos);
+  EXPECT_NE(line.find("\"ttft_ms\":12.000,\"expected_ttft_ms\":null"), std::string::npos) << line;
+  r.expected_ttft_ms = 10.5;  // the picker's, from its pick
+  EXPECT_NE(access_log_line(r).find("\"ttft_ms\":12.000,\"expected_ttft_ms\":10.500"), std::string::npos);
   EXPECT_NE(line.find("\"duration_ms\":30.000}"), std::string::npos);
   EXPECT_EQ(line.find("client_retry"), std::string::npos) << line;  // only when the client sent one
   r.client_retry = 2;

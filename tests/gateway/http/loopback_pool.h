@@ -18,7 +18,7 @@ struct LoopbackPool {
   asio::io_context io{1};
   tcp::acceptor acceptor{io, tcp::endpoint(asio::ip::address_v4::loopback(), 0)};
   BucketBounds bounds{0.001};
-  Histogram pick{&bounds};
+  Histogram pick{&bounds}, ttft_estimate{&bounds};
   std::unique_ptr<PoolRuntime> runtime;
   UpstreamPool pool{io.get_executor(), 1};
 
@@ -30,7 +30,7 @@ struct LoopbackPool {
     e.name = "e0";
     e.address = Address{"127.0.0.1", acceptor.local_endpoint().port()};
     pc.endpoints.push_back(e);
-    runtime = std::make_unique<PoolRuntime>(pc, 1, 1, PoolSeries{&pick});
+    runtime = std::make_unique<PoolRuntime>(pc, 1, 1, PoolSeries{&pick, &ttft_estimate});
   }
   // Runs the io_context until `done` (at most 5 s).
   void run_until(const bool& done) {
