@@ -421,6 +421,7 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   refresh_pace(now);
   const Duty factors(p, duty, pace_share_);
   const double pool_arrivals_per_ms = pool_arrivals(endpoints.size());
+  pool_endpoints_ = std::max(pool_endpoints_, endpoints.size());  // (F's quorum: refresh_frontend)
   // 1 / the mean prompt, once per decision (arrivals_of divided by it for every endpoint).
   const double per_prompt = 1.0 / std::max(1.0, mean_prompt_);
   const bool adapter = !req.adapter.empty();
@@ -761,30 +762,46 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
   if (!(model > 0)) return;
   double elapsed = s.elapsed_ms;
   if (s.at_dispatch) {  // its time includes the engine's front end (header, F)
-    // (Not one with prefills queued behind it: the model has it carry them, and an engine that
-    // started its step as the head came does not; live, with arrivals a millisecond apart, those
-    // read 40-140 ms under the model.)
-    if (s.behind == 0) note_frontend(elapsed - model * pace_of(endpoint));
+    // Only a head that came to an idle endpoint (no decoder: no step in progress whose rest it
+    // waited for, and none queued behind it). Beside decoders the model's wait for the step in
+    // progress (half a step) ran ~10 ms short at the median on fleetsim's engines, which have no
+    // front end (hot prefix, 64 replicas past capacity, batches of 30-90: that would be learned as
+    // F); prefills queued behind are carried in its steps by the model, not by an engine that had
+    // started its step as the head came (live, arrivals a millisecond apart read 40-140 ms under).
+    if (s.decoding == 0 && !s.mid_step && s.behind == 0) note_frontend(endpoint, elapsed - model * pace_of(endpoint));
     elapsed -= params_.front_end_ms;
     if (!(elapsed > 0)) return;
   }
   note_pace(endpoint, pace_bin(model), elapsed, model, now);
 }
 
-// F (header): a running median of the residuals, each moving it toward itself by 5% of their
-// spread (their mean distance from it, over ~32 samples; the first residual's size to start with)
-// plus C0. What counts: the configured frontend_ms, or the median once at least 8 samples put it
-// past C0 plus the spread (on fleetsim's engines, which have none, the median wanders within
-// +-3 ms of 0 with a spread of ~2: C0 or the spread alone was crossed).
-void SluicePolicy::note_frontend(double residual_ms) {
+// F (header): each endpoint's running median of its residuals (from its first), each moving it
+// toward itself by a tenth of their spread (their mean distance from it, over ~8 samples) plus C0.
+// What counts: the configured frontend_ms, or, once at least half the pool's endpoints have 8
+// samples each, the lowest of their medians, each where it stands past C0 plus its spread (else 0).
+// The front end is the same everywhere; a pace read short adds to a replica's residuals, never takes
+// from the fastest's: a half-slow fleet's slow replicas, idle first (the policy sends them less) and
+// priced as fast until their pace is learned, read F at 80-800 ms in fleetsim (cost mix, KV
+// pressure, agent sessions; 8 and 32 replicas), as the pool's median or as the one endpoint with
+// samples.
+void SluicePolicy::note_frontend(size_t endpoint, double residual_ms) {
   if (params_.frontend_ms >= 0 || !std::isfinite(residual_ms)) return;
+  if (frontend_.size() <= endpoint) frontend_.resize(endpoint + 1);
+  FrontEnd& q = frontend_[endpoint];
   const double r = std::clamp(residual_ms, -params_.ttft_slo_ms, params_.ttft_slo_ms);
-  if (frontend_samples_++ == 0) frontend_spread_ = std::abs(r);
-  frontend_spread_ += (std::abs(r - frontend_median_) - frontend_spread_) / 32.0;
-  const double step = 0.05 * (frontend_spread_ + params_.c0_ms);
-  frontend_median_ += r > frontend_median_ ? step : -step;
-  const bool counts = frontend_samples_ >= 8 && frontend_median_ > params_.c0_ms + frontend_spread_;
-  params_.front_end_ms = counts ? frontend_median_ : 0.0;
+  if (q.samples++ == 0) q.median = r;
+  q.spread += (std::abs(r - q.median) - q.spread) / 8.0;
+  const double step = 0.1 * (q.spread + params_.c0_ms);
+  q.median += r > q.median ? step : -step;
+  refresh_frontend();
+}
+
+void SluicePolicy::refresh_frontend() {
+  double f = std::numeric_limits<double>::infinity();
+  size_t known = 0;
+  for (const FrontEnd& e : frontend_)
+    if (e.samples >= 8) f = std::min(f, e.median > params_.c0_ms + e.spread ? e.median : 0.0), ++known;
+  params_.front_end_ms = 2 * known >= std::max<size_t>(1, pool_endpoints_) ? f : 0.0;
 }
 
 // A decode (header, pace): a whole answer's (header, whole answers) is its tokens at the profile's
@@ -1037,10 +1054,8 @@ void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_o
   bin_effect_ = o->bin_effect_;
   pace_bins_used_ = o->pace_bins_used_;
   if (params_.frontend_ms < 0) {  // the engines' front end (header, F), learned
-    frontend_median_ = o->frontend_median_;
-    frontend_spread_ = o->frontend_spread_;
-    frontend_samples_ = o->frontend_samples_;
-    params_.front_end_ms = o->params_.front_end_ms;
+    carry(frontend_, o->frontend_);
+    refresh_frontend();
   }
   choose_fastest();
   pace_refreshed_ = o->pace_refreshed_;

@@ -110,20 +110,22 @@
 //   F     the engines' front end: what a request spends in an engine before its scheduler sees it
 //         (vLLM's and SGLang's HTTP server, chat template and tokenizer: ~5-30 ms; `sluice sim`
 //         --frontend-overhead-ms, 20 by default; fleetsim's engines have none). No engine reports
-//         it. Learned, pool-wide, from the prefills that became their endpoint's head at their
-//         dispatch (PrefillSample::at_dispatch; beside decoders too, whose half step the model has;
-//         none queued behind it): each one's time less the model's at the endpoint's pace (the
-//         front end is not the model's), their
-//         running median (note_frontend). It counts once past C0 (one step's fixed cost) and past
-//         the residuals' own spread (below that it is the model's noise; on fleetsim's engines,
-//         which have no front end, it stays under both), and it is taken off the time of each such
+//         it. Learned (one F per pool) from the prefills that came to an idle endpoint (its head at
+//         their dispatch, PrefillSample::at_dispatch, with no decoder and none queued behind: see
+//         on_prefill_done for why not the others): each one's time less the model's at the
+//         endpoint's pace (the front end is not the model's), each endpoint's running median of
+//         them, the lowest once half the pool has them (a pace read short only adds; note_frontend). It counts once past C0
+//         (one step's fixed cost) plus the residuals' own spread (below that it is the model's
+//         noise; on fleetsim's engines, which have none, it stays under: round 43's scan of the
+//         committed cells), and it is taken off the time of each such
 //         prefill before it is a pace sample (20 ms on a 5 ms prefill read a 2x slow replica as
-//         1.3x). Param frontend_ms (-1, the default: learned; >= 0: that, fixed). The queue ahead
-//         moves while the front end works; F is added, not max(F, queue) (a queue shorter than F
-//         costs nothing in fact): its error is a TTFT too long by at most F. F is the same on every
-//         endpoint: it moves no ranking, only what is tested against the TTFT SLO (shedding, lost
-//         causes, a whole answer's expected first token). Without it the live gateway's TTFTs over
-//         `sluice sim` came 1.25-1.5x the estimate at the median, a short prompt's up to 5x
+//         1.3x). It is kept while no endpoint is idle (a pool loaded from its start has none).
+//         Param frontend_ms (-1, the default: learned; >= 0: that, fixed). The queue ahead moves
+//         while the front end works; F is added, not max(F, queue) (a queue shorter than F costs
+//         nothing in fact): its error is a TTFT too long by at most F. F adds the same to every
+//         endpoint's cost: it moves a ranking only through what is tested against the TTFT SLO
+//         (the miss price, shedding, lost causes); and a whole answer's expected first token. Without it the live gateway's TTFTs
+//         over `sluice sim` came 1.25-1.5x the estimate at the median, a short prompt's up to 5x
 //         (sluice_ttft_estimate_ratio).
 //   The default (decode_price 2, SLO-priced): decode, the slowdown of the batch and the stall of the
 //   decoders are priced by the expected lag behind the ITL SLO's pace, the ITL being uncertain; the
@@ -726,9 +728,15 @@ class SluicePolicy : public Policy {
   // One sample of an endpoint's pace: its observed ms against the profile's, in cell `cell`.
   void note_pace(size_t endpoint, size_t cell, double observed_ms, double model_ms, Time now);
   // F (header): the running median of the idle at-dispatch heads' residuals, and what counts of it.
-  void note_frontend(double residual_ms);
-  double frontend_median_ = 0, frontend_spread_ = 0;
-  int64_t frontend_samples_ = 0;
+  // Each endpoint's running median of those residuals (note_frontend).
+  struct FrontEnd {
+    double median = 0, spread = 0;
+    int64_t samples = 0;
+  };
+  void note_frontend(size_t endpoint, double residual_ms);
+  void refresh_frontend();  // params_.front_end_ms from frontend_
+  size_t pool_endpoints_ = 0;  // the most endpoints a ranking has had
+  std::vector<FrontEnd> frontend_;
   // Per endpoint (by index): the adapters last dispatched there, most recent first, as hashes of their
   // names, distinct (adapter_ms above: those among the first max_lora are taken as loaded).
   static constexpr size_t kRecentAdapters = 16;
