@@ -481,9 +481,9 @@ TEST(FleetSim, AHalfSlowFleetWithoutStreamsIsPricedFromTheEnginesItl) {
 // The picker's TTFT estimates against the TTFTs they were for (the live gateway's
 // sluice_ttft_estimate_ratio): on a half-slow fleet, learned from the engines, the median request
 // gets the TTFT it was expected to (1.0-1.04 on seeds 71-73 while it was written; round 41 removed a
-// 1.1-1.4x bias); a profile that takes the engines for twice as fast as they are reads ~2x with the
-// engines' front end held at 0, and still over 1.15x where F is learned (it takes the part of the
-// error common to every prefill: 1.22x). A policy without estimates has none (round robin).
+// 1.1-1.4x bias); a profile that takes the engines for twice as fast as they are reads ~2x (2.09 with
+// the engines' front end learned or held at 0: F would take a share of an error every prefill has, and
+// is checked to stay past 1.15x). A policy without estimates has none (round robin).
 TEST(FleetSim, TheTtftEstimatesAreCalibrated) {
   for (const char* w : {"hot_prefix", "agent_sessions", "tool_agent"}) {
     FleetConfig c;

@@ -2,6 +2,7 @@
 pool's ranked candidates with their score terms, dispatching nothing; after the same prompt is
 served, the endpoint that served it ranks first with predicted cached tokens. Loopback, bounded."""
 import argparse
+import contextlib
 import http.client
 import time
 import json
@@ -14,13 +15,26 @@ import sluice_fleet as fleet
 SLUICE = None
 
 
+@contextlib.contextmanager
+def gateway_over_sim(replicas):
+    """`sluice sim` with `replicas` replicas and `sluice serve` over them: yields (listen, admin)
+    ports; both are stopped after."""
+    sim, ports = fleet.start_sim(SLUICE, replicas)
+    tmp = tempfile.TemporaryDirectory()
+    gw = None
+    try:
+        gw, listen, admin = fleet.start_gateway(SLUICE, ports, tmp.name)
+        yield listen, admin
+    finally:
+        if gw:
+            gw.stop()
+        sim.stop()
+        tmp.cleanup()
+
+
 class DebugPick(unittest.TestCase):
     def test_explain_ranks_the_cached_endpoint_first(self):
-        sim, ports = fleet.start_sim(SLUICE, replicas=3)
-        tmp = tempfile.TemporaryDirectory()
-        gw = None
-        try:
-            gw, listen, admin = fleet.start_gateway(SLUICE, ports, tmp.name)
+        with gateway_over_sim(3) as (listen, admin):
             # A ~3,200-token system prompt: its cached prefix saves far more prefill than the half
             # decode step the picker adds where a replica still reads as decoding (a scrape taken
             # while the served request ran).
@@ -55,11 +69,6 @@ class DebugPick(unittest.TestCase):
             status, raw = fleet.http_req(admin, "POST", "/debug/pick", json.dumps({"model": "nope", "prompt": "x"}))
             self.assertEqual(status, 404)
             self.assertEqual(fleet.http_req(admin, "GET", "/debug/pick")[0], 405)
-        finally:
-            if gw:
-                gw.stop()
-            sim.stop()
-            tmp.cleanup()
 
 
 class WholeAnswers(unittest.TestCase):
@@ -68,11 +77,7 @@ class WholeAnswers(unittest.TestCase):
         picker's view of the replica (/debug/pick) has them in flight but no longer queued for a
         prefill (the policy's expected first token has passed), and all of it is gone after."""
         import threading
-        sim, ports = fleet.start_sim(SLUICE, replicas=1)
-        tmp = tempfile.TemporaryDirectory()
-        gw = None
-        try:
-            gw, listen, admin = fleet.start_gateway(SLUICE, ports, tmp.name)
+        with gateway_over_sim(1) as (listen, admin):
             statuses = []
 
             def ask(i):
@@ -103,11 +108,6 @@ class WholeAnswers(unittest.TestCase):
                     break
                 time.sleep(0.05)
             self.assertEqual((c["in_flight"], c["prefill_tokens"]), (0, 0), c)
-        finally:
-            if gw:
-                gw.stop()
-            sim.stop()
-            tmp.cleanup()
 
 
 def ratio_buckets(admin):
@@ -136,11 +136,7 @@ class TtftEstimate(unittest.TestCase):
         bucket of 0.9-1.25. Open-loop arrivals (~8/s), prompts of 20-1,500 words."""
         import random
         import threading
-        sim, ports = fleet.start_sim(SLUICE, 2)
-        tmp = tempfile.TemporaryDirectory()
-        gw = None
-        try:
-            gw, listen, admin = fleet.start_gateway(SLUICE, ports, tmp.name)
+        with gateway_over_sim(2) as (listen, admin):
             statuses = []
 
             def ask(i):
@@ -178,11 +174,6 @@ class TtftEstimate(unittest.TestCase):
             self.assertEqual(count, 60)  # one observation per streamed request
             self.assertGreaterEqual(median, 0.9)
             self.assertLessEqual(median, 1.25 if fleet.SANITIZED_SLOWDOWN == 1 else 1.5)
-        finally:
-            if gw:
-                gw.stop()
-            sim.stop()
-            tmp.cleanup()
 
 
 class RoutingHeaders(unittest.TestCase):

@@ -421,7 +421,6 @@ SLUICE_CPU_CLONES void SluicePolicy::evaluate(const PickRequest& req, std::span<
   refresh_pace(now);
   const Duty factors(p, duty, pace_share_);
   const double pool_arrivals_per_ms = pool_arrivals(endpoints.size());
-  pool_endpoints_ = std::max(pool_endpoints_, endpoints.size());  // (F's quorum: refresh_frontend)
   // 1 / the mean prompt, once per decision (arrivals_of divided by it for every endpoint).
   const double per_prompt = 1.0 / std::max(1.0, mean_prompt_);
   const bool adapter = !req.adapter.empty();
@@ -768,7 +767,12 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
     // front end (hot prefix, 64 replicas past capacity, batches of 30-90: that would be learned as
     // F); prefills queued behind are carried in its steps by the model, not by an engine that had
     // started its step as the head came (live, arrivals a millisecond apart read 40-140 ms under).
-    if (s.decoding == 0 && !s.mid_step && s.behind == 0) note_frontend(endpoint, elapsed - model * pace_of(endpoint));
+    // And only at an endpoint known to run at the pool's fastest pace: a pace read short adds its
+    // error times the model's ms to the residual (a half-slow fleet's slow replicas, idle first and
+    // priced as fast until their pace is learned, read F at 80-800 ms in fleetsim: cost mix, KV
+    // pressure, agent sessions, tool agent at 8 and 32 replicas).
+    if (s.decoding == 0 && !s.mid_step && s.behind == 0 && at_fastest_pace(endpoint))
+      note_frontend(endpoint, elapsed - model * pace_of(endpoint));
     elapsed -= params_.front_end_ms;
     if (!(elapsed > 0)) return;
   }
@@ -777,13 +781,10 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
 
 // F (header): each endpoint's running median of its residuals (from its first), each moving it
 // toward itself by a tenth of their spread (their mean distance from it, over ~8 samples) plus C0.
-// What counts: the configured frontend_ms, or, once at least half the pool's endpoints have 8
-// samples each, the lowest of their medians, each where it stands past C0 plus its spread (else 0).
-// The front end is the same everywhere; a pace read short adds to a replica's residuals, never takes
-// from the fastest's: a half-slow fleet's slow replicas, idle first (the policy sends them less) and
-// priced as fast until their pace is learned, read F at 80-800 ms in fleetsim (cost mix, KV
-// pressure, agent sessions; 8 and 32 replicas), as the pool's median or as the one endpoint with
-// samples.
+// What counts: the configured frontend_ms, or, once at least half the endpoints at the fastest pace
+// have 8 samples each, the lowest of their medians, each where it stands past C0 plus its spread
+// (else 0): the median's own wander on fleetsim's engines, which have no front end, crossed C0 or
+// the spread alone (cost-mix-8, agent32).
 void SluicePolicy::note_frontend(size_t endpoint, double residual_ms) {
   if (params_.frontend_ms >= 0 || !std::isfinite(residual_ms)) return;
   if (frontend_.size() <= endpoint) frontend_.resize(endpoint + 1);
@@ -796,12 +797,24 @@ void SluicePolicy::note_frontend(size_t endpoint, double residual_ms) {
   refresh_frontend();
 }
 
+// An endpoint whose pace is known (8 samples) to be the pool's fastest (within 10%).
+bool SluicePolicy::at_fastest_pace(size_t endpoint) const {
+  return endpoint < pace_.size() && pace_[endpoint].samples >= 8 && pace_[endpoint].factor <= 1.1;
+}
+
 void SluicePolicy::refresh_frontend() {
+  if (params_.frontend_ms >= 0) return;
   double f = std::numeric_limits<double>::infinity();
-  size_t known = 0;
-  for (const FrontEnd& e : frontend_)
-    if (e.samples >= 8) f = std::min(f, e.median > params_.c0_ms + e.spread ? e.median : 0.0), ++known;
-  params_.front_end_ms = 2 * known >= std::max<size_t>(1, pool_endpoints_) ? f : 0.0;
+  size_t fastest = 0, known = 0;
+  for (size_t i = 0; i < pace_.size(); ++i) {
+    if (!at_fastest_pace(i)) continue;
+    ++fastest;
+    if (i >= frontend_.size() || frontend_[i].samples < 8) continue;
+    const FrontEnd& e = frontend_[i];
+    f = std::min(f, e.median > params_.c0_ms + e.spread ? e.median : 0.0);
+    ++known;
+  }
+  params_.front_end_ms = known > 0 && 2 * known >= fastest ? f : 0.0;
 }
 
 // A decode (header, pace): a whole answer's (header, whole answers) is its tokens at the profile's
@@ -1024,6 +1037,7 @@ void SluicePolicy::refresh_pace(Time now) {
   for (Pace& q : pace_)
     if (q.samples > 0) pace_bounds(q, now);
   choose_fastest();
+  if (!frontend_.empty()) refresh_frontend();  // which endpoints are at the fastest pace moved
 }
 
 // The fastest endpoint among those with samples, and every factor relative to it.
@@ -1055,9 +1069,9 @@ void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_o
   pace_bins_used_ = o->pace_bins_used_;
   if (params_.frontend_ms < 0) {  // the engines' front end (header, F), learned
     carry(frontend_, o->frontend_);
-    refresh_frontend();
   }
   choose_fastest();
+  refresh_frontend();
   pace_refreshed_ = o->pace_refreshed_;
 }
 

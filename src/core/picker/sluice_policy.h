@@ -110,11 +110,11 @@
 //   F     the engines' front end: what a request spends in an engine before its scheduler sees it
 //         (vLLM's and SGLang's HTTP server, chat template and tokenizer: ~5-30 ms; `sluice sim`
 //         --frontend-overhead-ms, 20 by default; fleetsim's engines have none). No engine reports
-//         it. Learned (one F per pool) from the prefills that came to an idle endpoint (its head at
-//         their dispatch, PrefillSample::at_dispatch, with no decoder and none queued behind: see
-//         on_prefill_done for why not the others): each one's time less the model's at the
-//         endpoint's pace (the front end is not the model's), each endpoint's running median of
-//         them, the lowest once half the pool has them (a pace read short only adds; note_frontend). It counts once past C0
+//         it. Learned (one F per pool) from the prefills that came to an idle endpoint known to run
+//         at the pool's fastest pace (its head at their dispatch, PrefillSample::at_dispatch, with
+//         no decoder and none queued behind: see on_prefill_done for why not the others): each
+//         one's time less the model's (the front end is not the model's), each endpoint's running
+//         median of them, the lowest once half of those endpoints have them (note_frontend). It counts once past C0
 //         (one step's fixed cost) plus the residuals' own spread (below that it is the model's
 //         noise; on fleetsim's engines, which have none, it stays under: round 43's scan of the
 //         committed cells), and it is taken off the time of each such
@@ -734,8 +734,8 @@ class SluicePolicy : public Policy {
     int64_t samples = 0;
   };
   void note_frontend(size_t endpoint, double residual_ms);
-  void refresh_frontend();  // params_.front_end_ms from frontend_
-  size_t pool_endpoints_ = 0;  // the most endpoints a ranking has had
+  void refresh_frontend();  // params_.front_end_ms from frontend_ (and the paces)
+  bool at_fastest_pace(size_t endpoint) const;
   std::vector<FrontEnd> frontend_;
   // Per endpoint (by index): the adapters last dispatched there, most recent first, as hashes of their
   // names, distinct (adapter_ms above: those among the first max_lora are taken as loaded).
