@@ -698,8 +698,8 @@ void SluicePolicy::rank(const PickRequest& req, std::span<const EndpointView> en
   out.clear();
   for (const RankOrder::Item& item : order.sort()) {
     const Eval& e = evals_[item.pos];
-    Candidate& c = out.emplace_back(endpoints[item.pos].index, e.score, candidate_tokens(e.cached), e.saturated);
-    c.expected_ttft_ms = static_cast<float>(e.ttft_ms);
+    out.push_back({endpoints[item.pos].index, e.score, candidate_tokens(e.cached), e.saturated});
+    out.back().expected_ttft_ms = static_cast<float>(e.ttft_ms);
   }
   if (shed_advice_ && !out.empty()) {  // shedding (header, evaluate())
     // The requests shed before this one come back first: their prefill (alone), less what the
