@@ -166,7 +166,8 @@ class TtftEstimate(unittest.TestCase):
             run(0, 60)  # learning
             learned = frontend_ms()
             self.assertGreater(learned, 12, "the engine's front end (20 ms) not learned")
-            self.assertLess(learned, 32)
+            # (Under the sanitizers the sim's own HTTP handling is slower: more of a front end.)
+            self.assertLess(learned, 32 if fleet.SANITIZED_SLOWDOWN == 1 else 50)
             before = ratio_buckets(admin)
             run(60, 60)
             median, count = median_bucket(before, ratio_buckets(admin))
