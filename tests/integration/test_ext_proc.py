@@ -193,12 +193,16 @@ admission:
         self.wait_metric("sluice_tenant_tokens_total", before_out + 6, tenant="team", direction="output")
 
     def test_streaming_chat_ttft(self):
-        before = metric(self.metrics(), "sluice_ttft_seconds_count", pool="chat") or 0
+        m = self.metrics()
+        before = metric(m, "sluice_ttft_seconds_count", pool="chat") or 0
+        # The picker's estimate for the endpoint it chose is compared with the TTFT the stream got.
+        estimated = metric(m, "sluice_ttft_estimate_ratio_count", pool="chat") or 0
         res = self.envoy.route_and_forward("/v1/chat/completions", chat(MODEL, "stream please", stream=True))
         self.assertEqual(res.upstream_status, 200)
         self.assertGreater(res.response_body.count(b"data: {"), 3)
         self.assertIn(b"data: [DONE]", res.response_body)
         self.wait_metric("sluice_ttft_seconds_count", before + 1, pool="chat")
+        self.wait_metric("sluice_ttft_estimate_ratio_count", estimated + 1, pool="chat")
 
     def test_subset_hint(self):
         one = f"127.0.0.1:{self.chat_ports[1]}"
