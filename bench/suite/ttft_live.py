@@ -9,13 +9,9 @@ sluice_ttft_estimate_ratio (a request's TTFT from its pick over the picker's est
 usage: bench/suite/ttft_live.py [--sluice BIN] [--n N] [--rate R] [--frontend-ms F] [-- SIM FLAGS...]
        (--frontend-ms: the pool's policy param; default: learned)"""
 import argparse
-import json
 import os
 import random
 import sys
-import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration"))
 import sluice_fleet as fleet  # noqa: E402
@@ -29,40 +25,13 @@ def main():
     ap.add_argument("--frontend-ms", type=float)
     ap.add_argument("sim_args", nargs="*")
     a = ap.parse_args()
-    sim, ports = fleet.start_sim(a.sluice, 2, *a.sim_args)
-    tmp = tempfile.TemporaryDirectory()
-    gw = None
-    try:
-        pool_yaml = f"    policy_params: {{frontend_ms: {a.frontend_ms}}}\n" if a.frontend_ms is not None else ""
-        gw, listen, admin = fleet.start_gateway(a.sluice, ports, tmp.name, pool_yaml=pool_yaml)
-        statuses = []
-
-        def ask(i):
-            n = [20, 200, 600, 1500][i % 4]
-            body = json.dumps({"model": fleet.MODEL, "max_tokens": 8, "stream": True, "ignore_eos": True,
-                               "messages": [{"role": "user", "content": f"q{i} " + "word " * n * 4}]})
-            statuses.append(fleet.http_req(listen, "POST", "/v1/chat/completions", body, timeout=60)[0])
-
-        rng = random.Random(5)
-        threads = []
-        for i in range(a.n):
-            t = threading.Thread(target=ask, args=(i,))
-            t.start()
-            threads.append(t)
-            time.sleep(rng.expovariate(a.rate))
-        for t in threads:
-            t.join()
-        probe = json.dumps({"model": fleet.MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "x " * 400}]})
-        terms = json.loads(fleet.http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]["terms"]
-        print(f"requests {len(statuses)}, ok {statuses.count(200)}; frontend_ms {terms['frontend_ms']:.1f}")
+    pool_yaml = f"    policy_params: {{frontend_ms: {a.frontend_ms}}}\n" if a.frontend_ms is not None else ""
+    with fleet.gateway_over_sim(a.sluice, 2, a.sim_args, pool_yaml) as (listen, admin):
+        statuses = fleet.streams_open_loop(listen, 0, a.n, a.rate, random.Random(5))
+        print(f"requests {len(statuses)}, ok {statuses.count(200)}; frontend_ms {fleet.learned_frontend_ms(admin):.1f}")
         for line in fleet.admin_metrics(admin).splitlines():
             if line.startswith("sluice_ttft_estimate_ratio_bucket") or line.startswith("sluice_ttft_estimate_ratio_count"):
                 print(line)
-    finally:
-        if gw:
-            gw.stop()
-        sim.stop()
-        tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Process helpers for integration tests that need a real fleet: `sluice sim` replicas and
 `sluice serve` in front of them on loopback ephemeral ports, a bounded chat load, and clean stops.
 Standard library only. Not a test itself (ctest runs tests/integration/test_*.py only)."""
+import contextlib
 import http.client
 import json
 import os
@@ -157,6 +158,53 @@ pools:
         time.sleep(0.2)
     gw.stop()
     raise RuntimeError(f"sluice serve did not answer /metrics on the admin listener: {''.join(gw.err[-10:])}")
+
+
+@contextlib.contextmanager
+def gateway_over_sim(sluice, replicas, sim_args=(), pool_yaml=""):
+    """`sluice sim` with `replicas` replicas (extra flags `sim_args`) and `sluice serve` over them
+    (`pool_yaml`: more lines of the pool, as start_gateway's): yields (listen, admin) ports; both are
+    stopped after."""
+    sim, ports = start_sim(sluice, replicas, *sim_args)
+    tmp = tempfile.TemporaryDirectory()
+    gw = None
+    try:
+        gw, listen, admin = start_gateway(sluice, ports, tmp.name, pool_yaml=pool_yaml)
+        yield listen, admin
+    finally:
+        if gw:
+            gw.stop()
+        sim.stop()
+        tmp.cleanup()
+
+
+def streams_open_loop(listen, first, n, rate, rng):
+    """Requests first..first+n-1, each a streamed chat (8 output tokens; a prompt of 20, 200, 600 or
+    1,500 words by i % 4), sent open loop (exponential gaps at `rate`/s from `rng`); returns their
+    statuses once all have answered."""
+    statuses = []
+
+    def ask(i):
+        words = [20, 200, 600, 1500][i % 4]
+        body = json.dumps({"model": MODEL, "max_tokens": 8, "stream": True, "ignore_eos": True,
+                           "messages": [{"role": "user", "content": f"request {i}: " + "word " * words * 4}]})
+        statuses.append(http_req(listen, "POST", "/v1/chat/completions", body, timeout=60)[0])
+
+    threads = []
+    for i in range(first, first + n):
+        t = threading.Thread(target=ask, args=(i,))
+        t.start()
+        threads.append(t)
+        time.sleep(rng.expovariate(rate))
+    for t in threads:
+        t.join()
+    return statuses
+
+
+def learned_frontend_ms(admin):
+    """The sluice policy's learned engine front end (/debug/pick's frontend_ms term)."""
+    probe = json.dumps({"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "x " * 400}]})
+    return json.loads(http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]["terms"]["frontend_ms"]
 
 
 class RedisServer:

@@ -2,7 +2,6 @@
 pool's ranked candidates with their score terms, dispatching nothing; after the same prompt is
 served, the endpoint that served it ranks first with predicted cached tokens. Loopback, bounded."""
 import argparse
-import contextlib
 import http.client
 import time
 import json
@@ -15,26 +14,9 @@ import sluice_fleet as fleet
 SLUICE = None
 
 
-@contextlib.contextmanager
-def gateway_over_sim(replicas):
-    """`sluice sim` with `replicas` replicas and `sluice serve` over them: yields (listen, admin)
-    ports; both are stopped after."""
-    sim, ports = fleet.start_sim(SLUICE, replicas)
-    tmp = tempfile.TemporaryDirectory()
-    gw = None
-    try:
-        gw, listen, admin = fleet.start_gateway(SLUICE, ports, tmp.name)
-        yield listen, admin
-    finally:
-        if gw:
-            gw.stop()
-        sim.stop()
-        tmp.cleanup()
-
-
 class DebugPick(unittest.TestCase):
     def test_explain_ranks_the_cached_endpoint_first(self):
-        with gateway_over_sim(3) as (listen, admin):
+        with fleet.gateway_over_sim(SLUICE, 3) as (listen, admin):
             # A ~3,200-token system prompt: its cached prefix saves far more prefill than the half
             # decode step the picker adds where a replica still reads as decoding (a scrape taken
             # while the served request ran).
@@ -77,7 +59,7 @@ class WholeAnswers(unittest.TestCase):
         picker's view of the replica (/debug/pick) has them in flight but no longer queued for a
         prefill (the policy's expected first token has passed), and all of it is gone after."""
         import threading
-        with gateway_over_sim(1) as (listen, admin):
+        with fleet.gateway_over_sim(SLUICE, 1) as (listen, admin):
             statuses = []
 
             def ask(i):
@@ -135,41 +117,16 @@ class TtftEstimate(unittest.TestCase):
         pick over the TTFT the picker expected (sluice_ttft_estimate_ratio) has its median in a
         bucket of 0.9-1.25. Open-loop arrivals (~8/s), prompts of 20-1,500 words."""
         import random
-        import threading
-        with gateway_over_sim(2) as (listen, admin):
-            statuses = []
-
-            def ask(i):
-                n = [20, 200, 600, 1500][i % 4]
-                body = json.dumps({"model": fleet.MODEL, "max_tokens": 8, "stream": True, "ignore_eos": True,
-                                   "messages": [{"role": "user", "content": f"request {i}: " + "word " * n * 4}]})
-                statuses.append(fleet.http_req(listen, "POST", "/v1/chat/completions", body, timeout=60)[0])
-
+        with fleet.gateway_over_sim(SLUICE, 2) as (listen, admin):
             rng = random.Random(11)
-
-            def run(first, n):
-                threads = []
-                for i in range(first, first + n):
-                    t = threading.Thread(target=ask, args=(i,))
-                    t.start()
-                    threads.append(t)
-                    time.sleep(rng.expovariate(8.0))
-                for t in threads:
-                    t.join()
-
-            probe = json.dumps({"model": fleet.MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "x " * 400}]})
-
-            def frontend_ms():
-                return json.loads(fleet.http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]["terms"]["frontend_ms"]
-
-            self.assertEqual(frontend_ms(), 0)  # nothing learned yet
-            run(0, 60)  # learning
-            learned = frontend_ms()
+            self.assertEqual(fleet.learned_frontend_ms(admin), 0)  # nothing learned yet
+            statuses = fleet.streams_open_loop(listen, 0, 60, 8.0, rng)  # learning
+            learned = fleet.learned_frontend_ms(admin)
             self.assertGreater(learned, 12, "the engine's front end (20 ms) not learned")
             # (Under the sanitizers the sim's own HTTP handling is slower: more of a front end.)
             self.assertLess(learned, 32 if fleet.SANITIZED_SLOWDOWN == 1 else 50)
             before = ratio_buckets(admin)
-            run(60, 60)
+            statuses += fleet.streams_open_loop(listen, 60, 60, 8.0, rng)
             median, count = median_bucket(before, ratio_buckets(admin))
             self.assertEqual(statuses, [200] * 120)
             self.assertEqual(count, 60)  # one observation per streamed request
