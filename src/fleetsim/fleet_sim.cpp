@@ -455,7 +455,8 @@ class Simulation {
       }
       if (out.first_token && !f.first_token) {
         f.first_token = now_;
-        if (f.expected_ttft_ms > 0) ttft_ratios_.push_back(to_millis(now_ - f.dispatched) / f.expected_ttft_ms);
+        if (const double r = ttft_estimate_ratio(f.expected_ttft_ms, to_millis(now_ - f.dispatched)); r >= 0)
+          ttft_ratios_.push_back(r);
         if (!f.whole) f.guard.on_first_token(now_);
       }
       if (out.new_tokens > 0 && !f.whole) {

@@ -754,8 +754,9 @@ void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
     if (!rec_.ttft) {
       rec_.ttft = now - start_;
       guard_.on_first_token(gw_.now());
-      if (rec_.expected_ttft_ms > 0)  // the picker's calibration (sluice_ttft_estimate_ratio)
-        pool_->series.ttft_estimate->observe(to_millis(now - picked_steady_) / rec_.expected_ttft_ms);
+      // The picker's calibration (sluice_ttft_estimate_ratio).
+      if (const double r = ttft_estimate_ratio(rec_.expected_ttft_ms, to_millis(now - picked_steady_)); r >= 0)
+        pool_->series.ttft_estimate->observe(r);
     } else {
       const auto gap = now - last_token_;
       rec_.max_gap = std::max<Duration>(rec_.max_gap, gap);

@@ -61,10 +61,11 @@ struct Candidate {
 };
 static_assert(sizeof(Candidate) == 32);
 
-// The TTFT a request got over the one its candidate expected (1: the picker's model was right), or
-// < 0 when the candidate had no estimate.
-inline double ttft_estimate_ratio(const Candidate& c, double measured_ms) {
-  return c.expected_ttft_ms > 0 ? measured_ms / static_cast<double>(c.expected_ttft_ms) : -1.0;
+// The TTFT a request got over the one its candidate expected (Candidate::expected_ttft_ms; 1: the
+// picker's model was right), or < 0 without an estimate (expected_ms <= 0). Every driver's
+// sluice_ttft_estimate_ratio (gateway, Endpoint Picker) and fleetsim's ttft_estimate.
+inline double ttft_estimate_ratio(double expected_ms, double measured_ms) {
+  return expected_ms > 0 ? measured_ms / expected_ms : -1.0;
 }
 
 // `tokens` as a Candidate's predicted_cached_tokens (clamped to its 32 bits).

@@ -114,19 +114,19 @@
 //         at the pool's fastest pace (its head at their dispatch, PrefillSample::at_dispatch, with
 //         no decoder and none queued behind: see on_prefill_done for why not the others): each
 //         one's time less the model's (the front end is not the model's), each endpoint's running
-//         median of them, the lowest once half of those endpoints have them (note_frontend). It counts once past C0
-//         (one step's fixed cost) plus the residuals' own spread (below that it is the model's
-//         noise; on fleetsim's engines, which have none, it stays under: round 43's scan of the
-//         committed cells), and it is taken off the time of each such
-//         prefill before it is a pace sample (20 ms on a 5 ms prefill read a 2x slow replica as
-//         1.3x). It is kept while no endpoint is idle (a pool loaded from its start has none).
-//         Param frontend_ms (-1, the default: learned; >= 0: that, fixed). The queue ahead moves
-//         while the front end works; F is added, not max(F, queue) (a queue shorter than F costs
-//         nothing in fact): its error is a TTFT too long by at most F. F adds the same to every
-//         endpoint's cost: it moves a ranking only through what is tested against the TTFT SLO
-//         (the miss price, shedding, lost causes); and a whole answer's expected first token. Without it the live gateway's TTFTs
-//         over `sluice sim` came 1.25-1.5x the estimate at the median, a short prompt's up to 5x
-//         (sluice_ttft_estimate_ratio).
+//         median of them, the lowest once half of those endpoints have them (note_frontend). It
+//         counts once past C0 (one step's fixed cost) plus the residuals' own spread (below that it
+//         is the model's noise; on fleetsim's engines, which have none, it stays under: round 43's
+//         scan of the committed cells), and it is taken off the time of each such prefill before it
+//         is a pace sample (20 ms on a 5 ms prefill read a 2x slow replica as 1.3x). It is kept
+//         while no endpoint is idle (a pool loaded from its start has none). Param frontend_ms (-1,
+//         the default: learned; >= 0: that, fixed). The queue ahead moves while the front end
+//         works; F is added, not max(F, queue) (a queue shorter than F costs nothing in fact): its
+//         error is a TTFT too long by at most F. F adds the same to every endpoint's cost: it moves
+//         a ranking only through what is tested against the TTFT SLO (the miss price, shedding,
+//         lost causes); it also delays a whole answer's expected first token. Without it the live
+//         gateway's TTFTs over `sluice sim` came 1.25-1.5x the estimate at the median, a short
+//         prompt's up to 5x (sluice_ttft_estimate_ratio).
 //   The default (decode_price 2, SLO-priced): decode, the slowdown of the batch and the stall of the
 //   decoders are priced by the expected lag behind the ITL SLO's pace, the ITL being uncertain; the
 //   TTFT terms stay in plain ms. The goodput SLO and the TTFT percentile are what is measured: a token
@@ -432,7 +432,7 @@
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
 // priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier),
 // shed 2 (shedding, above; 1: only where the request itself misses; 0: off), itl_calibration 1 (the SLO,
-// above; 0: off), lost_causes 1 (the SLO, above; 0: off), engine_itl 1 (pace, above; 0: off). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// above; 0: off), lost_causes 1 (the SLO, above; 0: off), engine_itl 1 (pace, above; 0: off), frontend_ms -1 (F, above: learned; >= 0: fixed). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -727,8 +727,8 @@ class SluicePolicy : public Policy {
   static size_t pace_bin(double model_ms);
   // One sample of an endpoint's pace: its observed ms against the profile's, in cell `cell`.
   void note_pace(size_t endpoint, size_t cell, double observed_ms, double model_ms, Time now);
-  // F (header): the running median of the idle at-dispatch heads' residuals, and what counts of it.
-  // Each endpoint's running median of those residuals (note_frontend).
+  // F (header): each endpoint's running median of its idle at-dispatch heads' residuals
+  // (note_frontend), and what counts of them (refresh_frontend).
   struct FrontEnd {
     double median = 0, spread = 0;
     int64_t samples = 0;

@@ -112,8 +112,9 @@ struct EppExchange::State {
       if (!rec.ttft) {
         rec.ttft = now - start;
         guard.on_first_token(gw.now());
-        if (rec.expected_ttft_ms > 0)  // the picker's calibration (sluice_ttft_estimate_ratio)
-          pool->series.ttft_estimate->observe(to_millis(now - picked) / rec.expected_ttft_ms);
+        // The picker's calibration (sluice_ttft_estimate_ratio).
+        if (const double r = ttft_estimate_ratio(rec.expected_ttft_ms, to_millis(now - picked)); r >= 0)
+          pool->series.ttft_estimate->observe(r);
       } else {
         const auto gap = now - last_token;
         rec.max_gap = std::max<Duration>(rec.max_gap, gap);

@@ -282,11 +282,12 @@ TEST(SluicePolicyInputs, EachCandidateCarriesItsExpectedTtft) {
   for (const Candidate& c : out) {
     EXPECT_GT(c.expected_ttft_ms, 0) << c.endpoint;
     EXPECT_NEAR(c.expected_ttft_ms, ttft.at(c.endpoint), 1e-3 * ttft.at(c.endpoint)) << c.endpoint;
-    EXPECT_NEAR(ttft_estimate_ratio(c, 2.0 * c.expected_ttft_ms), 2.0, 1e-9);
+    EXPECT_NEAR(ttft_estimate_ratio(c.expected_ttft_ms, 2.0 * c.expected_ttft_ms), 2.0, 1e-9);
   }
   EXPECT_LT(ttft.at(0), ttft.at(1));  // the decoders' step in progress
   EXPECT_LT(ttft.at(1), ttft.at(2));  // and the queue ahead
-  EXPECT_LT(ttft_estimate_ratio(Candidate{}, 10.0), 0);  // no estimate
+  EXPECT_LT(ttft_estimate_ratio(Candidate{}.expected_ttft_ms, 10.0), 0);  // no estimate
+  EXPECT_LT(ttft_estimate_ratio(-1.0, 10.0), 0);  // (the access log's "none")
 }
 
 // Other clients' requests are the scrape's less what was ours when it was taken. Three of our
