@@ -22,6 +22,7 @@
 #include "gateway/http/upstream_exchange.h"
 #include "gateway/pick_request.h"
 #include "gateway/render_client.h"
+#include "gateway/stream_tokens.h"
 
 namespace sluice {
 
@@ -128,8 +129,7 @@ class RequestLife {
   void end_engine_answer();
   void release_endpoint();
   void client_write_failed();
-  void flush_tokens();
-  void take_usage(const Usage& u);
+  void flush_tokens() { tokens_.flush(guard_, ticket_.get()); }
   void learn_response(std::string_view json);
   std::string response_head_from_upstream(bool chunked, size_t content_length);
   // Records a phase that began at `since`; returns its end (the next phase's start: one clock read).
@@ -171,8 +171,7 @@ class RequestLife {
   std::optional<UpstreamExchange> up_;
   std::optional<ModelRewriter> response_rewriter_;  // alias: target -> the name the client used
   Histogram* itl_ = nullptr;
-  SteadyClock::time_point last_token_{};
-  int64_t unflushed_tokens_ = 0;  // relayed, not yet told to the router and the ticket
+  StreamTokens tokens_;  // the stream's tokens: TTFT, ITL, what the router and the ticket have not heard of
   std::optional<Failure> failure_;
   bool finished_ = false;
   bool broken_ = false;  // the client connection cannot carry another response
@@ -643,7 +642,7 @@ asio::awaitable<void> RequestLife::relay_buffered() {
   std::string rewritten;
   std::string_view out = body;
   if (response_rewriter_ && response_rewriter_->append(body, rewritten)) out = rewritten;
-  if (auto u = find_usage(body)) take_usage(*u);
+  if (auto u = find_usage(body)) take_usage(rec_, *u);
   if (kind_ == ApiKind::response && status == 200) learn_response(body);
   const auto now = SteadyClock::now();
   guard_.on_whole_answer(gw_.at(now), rec_.completion_tokens);
@@ -749,36 +748,9 @@ void RequestLife::on_event(const SseEvent& ev, SteadyClock::time_point now) {
   const bool responses = kind_ == ApiKind::response;
   if (responses && !learned_ && up_->status() == 200 && ev.data.find("\"response.created\"") != std::string_view::npos)
     learn_response(ev.data);
-  if (responses ? is_output_text_delta(ev.event, ev.data) : carries_tokens(ev.data, !rec_.ttft)) {
-    ++rec_.token_events;
-    if (!rec_.ttft) {
-      rec_.ttft = now - start_;
-      guard_.on_first_token(gw_.now());
-      // The picker's calibration (sluice_ttft_estimate_ratio).
-      if (const double r = ttft_estimate_ratio(rec_.expected_ttft_ms, to_millis(now - picked_steady_)); r >= 0)
-        pool_->series.ttft_estimate->observe(r);
-    } else {
-      const auto gap = now - last_token_;
-      rec_.max_gap = std::max<Duration>(rec_.max_gap, gap);
-      if (itl_) itl_->observe(to_seconds(gap));
-    }
-    last_token_ = now;
-    ++unflushed_tokens_;
-  }
-  if (auto u = find_usage(ev.data)) take_usage(*u);
-}
-
-void RequestLife::flush_tokens() {
-  if (unflushed_tokens_ == 0) return;
-  guard_.on_tokens(unflushed_tokens_);
-  ticket_->on_output(unflushed_tokens_);
-  unflushed_tokens_ = 0;
-}
-
-void RequestLife::take_usage(const Usage& u) {
-  rec_.prompt_tokens = u.prompt_tokens;
-  rec_.completion_tokens = u.completion_tokens;
-  rec_.cached_tokens = u.cached_tokens;
+  if (responses ? is_output_text_delta(ev.event, ev.data) : carries_tokens(ev.data, !rec_.ttft))
+    tokens_.on_token(rec_, guard_, [this] { return gw_.now(); }, *pool_->series.ttft_estimate, itl_, start_, picked_steady_, now);
+  if (auto u = find_usage(ev.data)) take_usage(rec_, *u);
 }
 
 // A stored response (store != false): remember which endpoint holds it, for its follow-ups.

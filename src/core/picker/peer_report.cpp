@@ -1,9 +1,9 @@
 #include "core/picker/peer_report.h"
 
-#include <msgpuck.h>
-
 #include <algorithm>
 #include <cmath>
+
+#include "core/msgpack_io.h"
 
 namespace sluice {
 namespace {
@@ -11,78 +11,7 @@ namespace {
 constexpr uint64_t kVersion = 1;
 constexpr uint32_t kEndpointFields = 11;
 
-void put_uint(std::string& out, uint64_t v) {
-  char buf[9];
-  out.append(buf, mp_encode_uint(buf, v) - buf);
-}
-void put_array(std::string& out, uint32_t n) {
-  char buf[5];
-  out.append(buf, mp_encode_array(buf, n) - buf);
-}
-void put_str(std::string& out, std::string_view s) {
-  char buf[5];
-  out.append(buf, mp_encode_strl(buf, static_cast<uint32_t>(s.size())) - buf);
-  out.append(s);
-}
 uint64_t nonneg(int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(0, v)); }
-
-// Bounds-checked reads: each header is checked against the bytes left before it is decoded, and a
-// container's count against the bytes its elements need at least.
-class Reader {
- public:
-  Reader(const char* p, const char* end) : p_(p), end_(end) {}
-  bool at_end() const { return p_ >= end_; }
-  bool array(uint32_t& n) {
-    if (at_end() || mp_typeof(*p_) != MP_ARRAY || mp_check_array(p_, end_) > 0) return false;
-    n = mp_decode_array(&p_);
-    return n <= static_cast<size_t>(end_ - p_);
-  }
-  bool uint(uint64_t& v) {
-    if (at_end() || mp_typeof(*p_) != MP_UINT || mp_check_uint(p_, end_) > 0) return false;
-    v = mp_decode_uint(&p_);
-    return true;
-  }
-  bool str(std::string_view& s, size_t max) {
-    if (at_end() || mp_typeof(*p_) != MP_STR || mp_check_strl(p_, end_) > 0) return false;
-    const char* q = p_;
-    const uint32_t len = mp_decode_strl(&q);
-    if (len > static_cast<size_t>(end_ - q) || len > max) return false;
-    s = {q, len};
-    p_ = q + len;
-    return true;
-  }
-  // Past one value of any type (a later version's field), every header in it checked against the
-  // bytes left. Containers are walked here with a 64-bit count of the values still to step over
-  // (mp_check keeps that count in an int, which a hostile 32-bit array length wraps, taking the
-  // header alone for the whole value); a scalar is checked by mp_check.
-  bool skip() {
-    uint64_t pending = 1;
-    while (pending > 0) {
-      if (at_end()) return false;
-      --pending;
-      const mp_type type = mp_typeof(*p_);
-      if (type == MP_ARRAY || type == MP_MAP) {
-        if ((type == MP_ARRAY ? mp_check_array(p_, end_) : mp_check_map(p_, end_)) > 0) return false;
-        pending += type == MP_ARRAY ? uint64_t{mp_decode_array(&p_)} : 2 * uint64_t{mp_decode_map(&p_)};
-      } else {
-        const char* q = p_;
-        if (mp_check(&q, end_) != 0) return false;
-        p_ = q;
-      }
-      if (pending > static_cast<uint64_t>(end_ - p_)) return false;  // each value takes a byte at least
-    }
-    return true;
-  }
-  bool skip(uint64_t n) {
-    for (uint64_t i = 0; i < n; ++i)
-      if (!skip()) return false;
-    return true;
-  }
-
- private:
-  const char* p_;
-  const char* end_;
-};
 
 bool fail(std::string* why, const char* what) {
   if (why) *why = what;
@@ -94,35 +23,36 @@ bool fail(std::string* why, const char* what) {
 std::string encode_peer_message(const PeerMessage& m) {
   std::string out;
   out.reserve(64 + m.pools.size() * 32);
-  put_array(out, 5);
-  put_uint(out, kVersion);
-  put_str(out, m.gateway);
-  put_uint(out, m.instance);
-  put_uint(out, m.seq);
-  put_array(out, static_cast<uint32_t>(m.pools.size()));
+  MsgpackWriter w(out);
+  w.array(5);
+  w.uint(kVersion);
+  w.str(m.gateway);
+  w.uint(m.instance);
+  w.uint(m.seq);
+  w.array(static_cast<uint32_t>(m.pools.size()));
   for (const auto& p : m.pools) {
     const bool shed = p.shed_work_total_ms > 0;
-    put_array(out, shed ? 3 : 2);
-    put_str(out, p.pool);
-    put_array(out, static_cast<uint32_t>(p.endpoints.size()));
+    w.array(shed ? 3 : 2);
+    w.str(p.pool);
+    w.array(static_cast<uint32_t>(p.endpoints.size()));
     for (const auto& e : p.endpoints) {
       const PeerEndpointLoad& l = e.load;
-      put_array(out, kEndpointFields);
-      put_uint(out, e.key);
+      w.array(kEndpointFields);
+      w.uint(e.key);
       for (int64_t v : {l.in_flight, l.prefill_requests, l.prefill_tokens})
-        put_uint(out, nonneg(v));
-      put_uint(out, std::isfinite(l.prefill_pairs) && l.prefill_pairs > 0 ? static_cast<uint64_t>(std::llround(std::min(l.prefill_pairs, 1e18))) : 0);
+        w.uint(nonneg(v));
+      w.uint(std::isfinite(l.prefill_pairs) && l.prefill_pairs > 0 ? static_cast<uint64_t>(std::llround(std::min(l.prefill_pairs, 1e18))) : 0);
       for (int64_t v : {l.decode_tokens, l.live_context_tokens, l.context_tokens, l.input_tokens_total,
                         l.predicted_cached_tokens_total, l.picks_total})
-        put_uint(out, nonneg(v));
+        w.uint(nonneg(v));
     }
-    if (shed) put_uint(out, nonneg(p.shed_work_total_ms));
+    if (shed) w.uint(nonneg(p.shed_work_total_ms));
   }
   return out;
 }
 
 bool decode_peer_message(std::string_view payload, PeerMessage& out, std::string* why) {
-  Reader r(payload.data(), payload.data() + payload.size());
+  MsgpackReader r(payload.data(), payload.data() + payload.size());
   uint32_t n = 0;
   uint64_t version = 0;
   std::string_view s;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <utility>
 
+#include "core/json_escape.h"
 #include "core/picker/peer_report.h"
 #include "core/picker/prefix_tracker.h"
 #include "core/picker/scorers/load_estimate.h"
@@ -655,23 +656,6 @@ std::vector<EndpointSnapshot> PoolRouter::snapshot(Time now) const {
 }
 
 namespace {
-
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        else out += c;
-    }
-  }
-  out += '"';
-}
 
 void append_number(std::string& out, double v) {
   if (!std::isfinite(v)) out += "null";

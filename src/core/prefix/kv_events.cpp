@@ -1,8 +1,8 @@
 #include "core/prefix/kv_events.h"
 
-#include <msgpuck.h>
-
 #include <cstring>
+
+#include "core/msgpack_io.h"
 
 namespace sluice::kv {
 
@@ -10,117 +10,19 @@ std::string_view to_string(Encoding e) { return e == Encoding::arrays ? "arrays"
 
 namespace {
 
-// A bounds-checked reader over one payload. Every read checks the bytes left first (msgpuck's
-// mp_check_* for headers); a container's element count is checked against the bytes left (each
-// element takes at least one byte), so no count can exceed the buffer. Not mp_check on whole
-// containers: it counts pending elements in an int, which a hostile 2^32-1 element header overflows.
-class Reader {
+// A bounds-checked reader over one payload (core/msgpack_io.h), with the KV events' own fields.
+class Reader : public MsgpackReader {
  public:
-  Reader(const char* p, const char* end) : p_(p), end_(end) {}
-  bool at_end() const { return p_ >= end_; }
-  mp_type type() const { return mp_typeof(*p_); }
-  bool is(mp_type t) const { return !at_end() && type() == t; }
+  using MsgpackReader::MsgpackReader;
 
-  bool array(uint32_t& n) {
-    if (!is(MP_ARRAY) || mp_check_array(p_, end_) > 0) return false;
-    n = mp_decode_array(&p_);
-    return n <= static_cast<size_t>(end_ - p_);
-  }
-  bool map(uint32_t& n) {
-    if (!is(MP_MAP) || mp_check_map(p_, end_) > 0) return false;
-    n = mp_decode_map(&p_);
-    return n <= static_cast<size_t>(end_ - p_) / 2;
-  }
-  bool nil() {
-    if (!is(MP_NIL)) return false;
-    mp_decode_nil(&p_);
-    return true;
-  }
-  bool str(std::string_view& s) {
-    if (!is(MP_STR) || mp_check_strl(p_, end_) > 0) return false;
-    const char* q = p_;
-    uint32_t len = mp_decode_strl(&q);
-    if (len > static_cast<size_t>(end_ - q)) return false;
-    s = {q, len};
-    p_ = q + len;
-    return true;
-  }
-  bool bin(std::string_view& s) {
-    if (!is(MP_BIN) || mp_check_binl(p_, end_) > 0) return false;
-    const char* q = p_;
-    uint32_t len = mp_decode_binl(&q);
-    if (len > static_cast<size_t>(end_ - q)) return false;
-    s = {q, len};
-    p_ = q + len;
-    return true;
-  }
-  bool uint(uint64_t& v) {
-    if (is(MP_UINT)) {
-      if (mp_check_uint(p_, end_) > 0) return false;
-      v = mp_decode_uint(&p_);
-      return true;
-    }
-    if (is(MP_INT)) {  // a negative int: its two's complement
-      if (mp_check_int(p_, end_) > 0) return false;
-      v = static_cast<uint64_t>(mp_decode_int(&p_));
-      return true;
-    }
-    return false;
-  }
-  bool sint(int64_t& v) {
-    uint64_t u = 0;
-    const bool neg = is(MP_INT);
-    if (!uint(u)) return false;
-    if (!neg && u > static_cast<uint64_t>(INT64_MAX)) return false;
-    v = static_cast<int64_t>(u);
-    return true;
-  }
-  bool number(double& v) {
-    if (is(MP_DOUBLE)) {
-      if (mp_check_double(p_, end_) > 0) return false;
-      v = mp_decode_double(&p_);
-      return true;
-    }
-    if (is(MP_FLOAT)) {
-      if (mp_check_float(p_, end_) > 0) return false;
-      v = mp_decode_float(&p_);
-      return true;
-    }
-    int64_t i = 0;
-    if (!sint(i)) return false;
-    v = static_cast<double>(i);
-    return true;
-  }
   // A block hash: an int, or bytes whose low 64 bits (big-endian) are taken.
   bool hash(uint64_t& h) {
-    if (is(MP_UINT) || is(MP_INT)) return uint(h);
+    if (is(MP_UINT) || is(MP_INT)) return bits64(h);
     std::string_view b;
     if (!bin(b) && !str(b)) return false;
     h = 0;
     const size_t from = b.size() > 8 ? b.size() - 8 : 0;
     for (size_t i = from; i < b.size(); ++i) h = (h << 8) | static_cast<unsigned char>(b[i]);
-    return true;
-  }
-  // Skips one value of any type, nested containers included, without recursion.
-  bool skip() {
-    uint64_t pending = 1;
-    while (pending > 0) {
-      if (at_end()) return false;
-      --pending;
-      uint32_t n = 0;
-      if (is(MP_ARRAY)) {
-        if (!array(n)) return false;
-        pending += n;
-      } else if (is(MP_MAP)) {
-        if (!map(n)) return false;
-        pending += 2ull * n;
-      } else {
-        // A scalar: mp_check validates exactly one (its counter never exceeds 1 here).
-        const char* q = p_;
-        if (mp_check(&q, end_) != 0) return false;
-        p_ = q;
-      }
-    }
     return true;
   }
 
@@ -201,12 +103,6 @@ class Reader {
     }
     return true;
   }
-
-  const char* pos() const { return p_; }
-
- private:
-  const char* p_;
-  const char* end_;
 };
 
 enum class Kind { stored, removed, cleared, unknown };
@@ -335,36 +231,14 @@ bool decode_events(Reader& r, EventBatch& out) {
 
 // ---- encoding -------------------------------------------------------------------------------
 
-class Writer {
+class Writer : public MsgpackWriter {
  public:
-  explicit Writer(std::string& out) : out_(out) {}
-  void array(uint32_t n) { put(mp_sizeof_array(n), [&](char* d) { mp_encode_array(d, n); }); }
-  void map(uint32_t n) { put(mp_sizeof_map(n), [&](char* d) { mp_encode_map(d, n); }); }
-  void nil() { put(mp_sizeof_nil(), [&](char* d) { mp_encode_nil(d); }); }
-  void uint(uint64_t v) { put(mp_sizeof_uint(v), [&](char* d) { mp_encode_uint(d, v); }); }
-  void sint(int64_t v) {
-    if (v >= 0) uint(static_cast<uint64_t>(v));
-    else put(mp_sizeof_int(v), [&](char* d) { mp_encode_int(d, v); });
-  }
-  void dbl(double v) { put(mp_sizeof_double(v), [&](char* d) { mp_encode_double(d, v); }); }
-  void str(std::string_view s) {
-    const auto n = static_cast<uint32_t>(s.size());
-    put(mp_sizeof_str(n), [&](char* d) { mp_encode_str(d, s.data(), n); });
-  }
+  using MsgpackWriter::MsgpackWriter;
   void opt_str(std::string_view s) { s.empty() ? nil() : str(s); }
   void hashes(const std::vector<uint64_t>& hs) {
     array(static_cast<uint32_t>(hs.size()));
     for (uint64_t h : hs) uint(h);
   }
-
- private:
-  template <class F>
-  void put(size_t n, F&& f) {
-    const size_t at = out_.size();
-    out_.resize(at + n);
-    f(out_.data() + at);
-  }
-  std::string& out_;
 };
 
 void encode_stored(Writer& w, const BlockStored& e, Encoding enc) {

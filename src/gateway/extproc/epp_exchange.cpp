@@ -19,6 +19,7 @@
 #include "gateway/gateway.h"
 #include "gateway/http/http_util.h"
 #include "gateway/pick_request.h"
+#include "gateway/stream_tokens.h"
 
 namespace sluice {
 
@@ -87,43 +88,18 @@ struct EppExchange::State {
   SseParser parser;
   std::string whole;        // a non-streaming body, for its usage (and the alias rewrite)
   bool whole_overflow = false;
-  std::chrono::steady_clock::time_point last_token{};
-  int64_t unflushed = 0;
+  StreamTokens tokens;  // the stream's tokens: TTFT, ITL, what the router and the ticket have not heard of
   bool finished = false;
 
   void observe(OverheadPhase p, std::chrono::steady_clock::time_point since) {
     gw.metrics().overhead(p).observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count());
   }
-  void flush_tokens() {
-    if (unflushed == 0) return;
-    guard.on_tokens(unflushed);
-    if (ticket) ticket->on_output(unflushed);
-    unflushed = 0;
-  }
-  void take_usage(const Usage& u) {
-    rec.prompt_tokens = u.prompt_tokens;
-    rec.completion_tokens = u.completion_tokens;
-    rec.cached_tokens = u.cached_tokens;
-  }
+  void flush_tokens() { tokens.flush(guard, ticket.get()); }
   void on_event(const SseEvent& ev, std::chrono::steady_clock::time_point now) {
     if (!ev.has_data || ev.data == "[DONE]") return;
-    if (carries_tokens(ev.data, !rec.ttft)) {
-      ++rec.token_events;
-      if (!rec.ttft) {
-        rec.ttft = now - start;
-        guard.on_first_token(gw.now());
-        // The picker's calibration (sluice_ttft_estimate_ratio).
-        if (const double r = ttft_estimate_ratio(rec.expected_ttft_ms, to_millis(now - picked)); r >= 0)
-          pool->series.ttft_estimate->observe(r);
-      } else {
-        const auto gap = now - last_token;
-        rec.max_gap = std::max<Duration>(rec.max_gap, gap);
-        if (itl) itl->observe(to_seconds(gap));
-      }
-      last_token = now;
-      ++unflushed;
-    }
-    if (auto u = find_usage(ev.data)) take_usage(*u);
+    if (carries_tokens(ev.data, !rec.ttft))
+      tokens.on_token(rec, guard, [this] { return gw.now(); }, *pool->series.ttft_estimate, itl, start, picked, now);
+    if (auto u = find_usage(ev.data)) take_usage(rec, *u);
   }
   // The one ending of the request (mu held).
   void finish(Outcome o, int st, Reason reason) {
@@ -504,7 +480,7 @@ void EppExchange::on_response_body(std::string_view chunk, bool end_of_stream, s
     if (!s.rewriting) out.append(chunk);
     if (end_of_stream && !s.whole_overflow) {
       if (s.rewriting && !s.rewriter->append(whole, out)) out.append(whole);
-      if (auto u = find_usage(whole)) s.take_usage(*u);
+      if (auto u = find_usage(whole)) take_usage(s.rec, *u);
       if (!s.rec.ttft) s.rec.ttft = now - s.start;
       s.guard.on_whole_answer(s.gw.now(), s.rec.completion_tokens);
       if (s.rec.completion_tokens > 0 && s.ticket) s.ticket->on_output(s.rec.completion_tokens);
