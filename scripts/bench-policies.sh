@@ -17,6 +17,11 @@
 #        WHOLE=F: the hard parts with that share of the requests not streamed (fleetsim's
 #        --whole-answers F: the gateway hears of such a request only at its end); files whole-<part>-s<SEED>
 #        (whole-<part>-s<SEED>-w<F> when F is not 1; mixed-whole-... with MIXED too)
+#        PROFILE=NAME: the hard parts on another engine profile (fleetsim's --profile, e.g.
+#        llama-3-70b-tp4; the policy keeps its own default step-time terms, as a gateway not told the
+#        engines' model does); files NAME-hard-<part><N>-s<SEED>.
+#        RATES=r1,r2,...: the sweep's rates per 8 replicas instead of the part's own (another profile
+#        has another capacity: bench/results/README.md, round 44, gives the 70B's)
 # env:   SLUICE (default build-release/sluice), JOBS (parallel runs, default 2), SEED (default 1)
 #        ONLY=p1,p2: rerun just these policies (those of them each run has) and replace their rows in
 #        the existing <name>.json (the other policies' rows are kept; the .md then names both commands)
@@ -41,7 +46,7 @@ HARD_MAX_REQUESTS_64=${HARD_MAX_REQUESTS_64:-24000}
 # HARD_MAX_REQUESTS = 8,000, HARD_MAX_REQUESTS_64 = 24,000 at 64 replicas: the simulator's cost grows
 # with replicas x virtual time).
 hard() {
-  local part=$1 n=$2 rates8=$3
+  local part=$1 n=$2 rates8=${RATES:-$3}
   shift 3
   local per8=$HARD_REQUESTS
   if [ "$part" = agent ] || [ "$part" = agentx ]; then per8=$((HARD_REQUESTS / 2)); fi  # long sessions: half the requests
@@ -69,6 +74,10 @@ hard() {
     if [ -n "${MIXED:-}" ]; then name="mixed-$name"; fi
     if [ "$WHOLE" != 1 ]; then name="$name-w$WHOLE"; fi
     set -- "$@" --whole-answers "$WHOLE"
+  fi
+  if [ -n "${PROFILE:-}" ]; then
+    name="$PROFILE-$name" title="$title; engine profile $PROFILE"
+    set -- "$@" --profile "$PROFILE"
   fi
   run "$name" "$title" --policy "$HARD" --replicas "$n" \
     --rates "$rates" --requests "$reqs" "$@"

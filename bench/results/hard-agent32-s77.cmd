@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 32,48,64,80,96 --requests 6000 --workload agent_sessions,sessions=256   # source: d8c48dc2

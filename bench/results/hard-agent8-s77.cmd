@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 4,8,12,16,20,24 --requests 1500 --workload agent_sessions,sessions=64   # source: d8c48dc2

@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 120,240,360,480,600 --requests 8000 --workload fan_out --arrival gamma --burstiness 0.25   # source: d8c48dc2

@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 30,60,90,120,150 --requests 3000 --workload fan_out --arrival gamma --burstiness 0.25   # source: d8c48dc2

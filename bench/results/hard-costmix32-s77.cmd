@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 80,160,240,320,400,480 --requests 8000 --workload cost_mix   # source: d8c48dc2

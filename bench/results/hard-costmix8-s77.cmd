@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 20,40,60,80,100,120 --requests 3000 --workload cost_mix   # source: d8c48dc2

@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 160,320,480,640,800 --requests 8000 --workload hot_prefix   # source: d8c48dc2

@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 32 --rates 120,180,240,300,360 --requests 8000 --workload kv_pressure,prefixes=4800 --kv-blocks 12000   # source: d8c48dc2

@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 30,45,60,75,90 --requests 3000 --workload kv_pressure,prefixes=1200 --kv-blocks 12000   # source: d8c48dc2

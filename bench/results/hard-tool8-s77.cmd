@@ -1,0 +1,1 @@
+sluice fleetsim --seed 77 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 20,30,40,50,60 --requests 3000 --workload tool_agent   # source: d8c48dc2
