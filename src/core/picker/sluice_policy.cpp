@@ -39,6 +39,7 @@ SluiceParams SluiceParams::from(PolicyParams& p) {
   s.itl_calibration = p.get("itl_calibration", s.itl_calibration);
   s.lost_causes = p.get("lost_causes", s.lost_causes);
   s.engine_itl = p.get("engine_itl", s.engine_itl);
+  s.pool_pace = p.get("pool_pace", s.pool_pace);
   s.shed = p.get("shed", s.shed);
   s.frontend_ms = p.get("frontend_ms", s.frontend_ms);
   return s;
@@ -120,10 +121,19 @@ struct Duty {
   const double in_progress = D > 0 ? 0.5 * step_ms(p, D, in.kv_read) : 0.0;
   return in_progress + prefill_steps_ms(p, in, U, queue_tokens, queue_pairs);
 }
-// From its dispatch: the engine's front end first.
+// A doubling of a duration's ms: floor(log2 ms) for ms >= 1 (0 below), at most 15, from its
+// exponent's bits (no log2 on the picker's path). SluicePolicy::pace_bin's bins.
+[[gnu::always_inline]] inline size_t ms_doubling(double ms) {
+  if (!(ms >= 1.0)) return 0;
+  const auto e = static_cast<int64_t>((std::bit_cast<uint64_t>(ms) >> 52) & 0x7ff) - 1023;
+  return static_cast<size_t>(std::min<int64_t>(e, 15));
+}
+// From its dispatch: the engine's front end first, then its scheduled part at the pool's own
+// prefill pace for its size (k, header).
 [[gnu::always_inline]] inline double ttft_of(const SluiceParams& p, const SluiceInputs& in, double U, double queue_tokens,
                                              double queue_pairs) {
-  return p.front_end_ms + scheduled_ttft_of(p, in, U, queue_tokens, queue_pairs);
+  const double scheduled = scheduled_ttft_of(p, in, U, queue_tokens, queue_pairs);
+  return p.front_end_ms + (p.ttft_factors ? scheduled * p.ttft_factors[ms_doubling(scheduled)] : scheduled);
 }
 
 }  // namespace
@@ -771,8 +781,10 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
     // error times the model's ms to the residual (a half-slow fleet's slow replicas, idle first and
     // priced as fast until their pace is learned, read F at 80-800 ms in fleetsim: cost mix, KV
     // pressure, agent sessions, tool agent at 8 and 32 replicas).
+    // At the pool's own prefill pace for its size (k, header): at the profile's, on a pool 2.5x slow
+    // the residuals spread over 30-450 ms by the prompt's size and hid the front end.
     if (s.decoding == 0 && !s.mid_step && s.behind == 0 && at_fastest_pace(endpoint))
-      note_frontend(endpoint, elapsed - model * pace_of(endpoint));
+      note_frontend(endpoint, elapsed - model * pace_of(endpoint) * (params_.ttft_factors ? params_.ttft_factors[ms_doubling(model)] : 1.0));
     elapsed -= params_.front_end_ms;
     if (!(elapsed > 0)) return;
   }
@@ -1046,6 +1058,62 @@ void SluicePolicy::choose_fastest() {
   for (const Pace& q : pace_)
     if (q.samples > 0) pace_fastest_.offer(q);
   for (Pace& q : pace_) q.factor = pace_factor(q);
+  refresh_ttft_factors();
+}
+
+// k (header): per prefill bin with 8 samples or more over the endpoints, log k = m_b + the fastest
+// endpoint's a_e less two of its standard errors, counted past kPoolPaceTolerance only, in [1, 4]. A
+// long bin (kPoolPaceMinBin and up) without its own takes the nearest long bin's; a short bin the
+// lower of its own (where it has one) and the shortest long bin's, 1 while no long bin has one.
+void SluicePolicy::refresh_ttft_factors() {
+  params_.ttft_factors = nullptr;
+  ttft_factors_.fill(1.0);
+  if (!(params_.pool_pace > 0) || !pace_fastest_.known) return;
+  const double at_least = std::log(kPoolPaceTolerance) + 2.0 * pace_fastest_.se - pace_fastest_.log_r;
+  std::array<double, kPaceBins> own;
+  own.fill(-1.0);  // < 0: too few samples
+  for (uint64_t m = pace_bins_used_ & ((uint64_t{1} << kPaceBins) - 1); m != 0; m &= m - 1) {
+    const size_t b = static_cast<size_t>(std::countr_zero(m));
+    double n = 0;
+    for (const Pace& q : pace_) n += q.cells[b].n;
+    if (n < 8) continue;
+    own[b] = bin_effect_[b] > at_least ? std::min(4.0, std::exp(bin_effect_[b] + pace_fastest_.log_r - 2.0 * pace_fastest_.se)) : 1.0;
+  }
+  // The long bins: their own, else the nearest long bin's (the shorter on a tie).
+  size_t shortest = kPaceBins;  // the shortest long bin with its own k
+  for (size_t b = kPoolPaceMinBin; b < kPaceBins; ++b)
+    if (own[b] >= 0) {
+      shortest = b;
+      break;
+    }
+  if (shortest == kPaceBins) return;  // no long prefill seen enough: 1 at every size
+  bool any = false;
+  for (size_t b = kPoolPaceMinBin; b < kPaceBins; ++b) {
+    double k = own[b];
+    for (size_t d = 1; k < 0 && d < kPaceBins; ++d) {
+      if (b >= kPoolPaceMinBin + d && own[b - d] >= 0) k = own[b - d];
+      else if (b + d < kPaceBins && own[b + d] >= 0) k = own[b + d];
+    }
+    ttft_factors_[b] = k;
+    any |= k != 1.0;
+  }
+  // The short bins: a front end not learned yet is in their m_b too (20 ms on 7.5 ms prefills read
+  // as 3.6x), so at most the long prefills' pace; and at most their own (a profile that misses the
+  // long prefills only).
+  for (size_t b = 0; b < kPoolPaceMinBin; ++b) {
+    ttft_factors_[b] = own[b] >= 0 ? std::min(own[b], ttft_factors_[shortest]) : ttft_factors_[shortest];
+    any |= ttft_factors_[b] != 1.0;
+  }
+  if (any) params_.ttft_factors = ttft_factors_.data();
+}
+
+// The k an evaluation's TTFT was priced at (explain): the bin of its scheduled part at its pace.
+double SluicePolicy::ttft_factor_of(const Eval& e, double pace) const {
+  if (params_.ttft_factors == nullptr) return 1.0;
+  SluiceParams pe = params_;
+  scale_step_terms(params_, pace, pe);
+  const double U = std::max(0.0, e.in.input - e.in.cached);
+  return params_.ttft_factors[ms_doubling(scheduled_ttft_of(pe, e.in, U, e.in.queue_tokens, e.in.queue_pairs))];
 }
 
 void SluicePolicy::adopt_endpoints(const Policy& old, std::span<const int> old_of_new) {
@@ -1124,6 +1192,8 @@ void SluicePolicy::explain(const PickRequest& req, std::span<const EndpointView>
                     {"pace_share", e.in.pace_share},
                     // the endpoint's step times relative to the pool's (header, pace; 1 = as the profile)
                     {"pace", pace_of(endpoints[i].index)},
+                    // k: its TTFT's scheduled part at the pool's own prefill pace for its size (header; 1: as the profile)
+                    {"ttft_factor", ttft_factor_of(e, pace_of(endpoints[i].index))},
                     // its fit: log R (a_e), its standard error and its decayed sample count
                     {"pace_log_r", fit.log_r},
                     {"pace_se", fit.se},

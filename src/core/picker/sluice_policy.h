@@ -101,8 +101,8 @@
 //         streamed, 22 of 90 checked rates were lost (held-out seeds at 8 and 32 replicas; 0 with
 //         it; bench/results/README.md, round 36).
 //
-//   ttft_ms = F + [D > 0] step(D, K) / 2 + max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K)
-//             + eps (Q2 + U (C + U / 2)),
+//   ttft_ms = F + k x ([D > 0] step(D, K) / 2 + max(n W, beta (Q + U + n D)) + n (C0 + delta D + gamma K)
+//             + eps (Q2 + U (C + U / 2))),
 //             n = max(1, ceil((Q + U) / chunk)): the engine's front end (F, below), the rest of the
 //             decode step in progress (an engine schedules an arrival from its next step on; half a
 //             step on average), then the steps until this prefill is done (queue, decode
@@ -127,6 +127,29 @@
 //         lost causes); it also delays a whole answer's expected first token. Without it the live
 //         gateway's TTFTs over `sluice sim` came 1.25-1.5x the estimate at the median, a short
 //         prompt's up to 5x (sluice_ttft_estimate_ratio).
+//   k     the pool's own prefill pace for the size of the scheduled part (pool_pace 1, the default;
+//         0: off): the pace's f prices a replica against the fastest one, and the fastest at the
+//         profile's times; what the profile misses for every replica, at a size, is in the prefill
+//         bins' m_b (pace, above). A pool whose engines all run slower than the profile (a larger
+//         model than the default profile's, an older GPU) was priced at the profile's: on the 70B TP4
+//         profile (fleetsim --profile llama-3-70b-tp4) every TTFT the policy expected came ~2.1x short
+//         at the median, and its lost causes, shedding and miss prices tested that against the SLO.
+//         Per doubling of the scheduled ms (the bins' own), where the bin has 8 samples or more:
+//         log k = m_b + the fastest endpoint's a_e, less two of its standard errors, counted past log
+//         1.25 only (the profile's own estimate on its own engines falls within 0.77-1.26 of the TTFT
+//         got, p10-p90: there k is 1), in [1, 4]. A long bin (the profile's 64 ms and up: an engine
+//         front end of ~30 ms is a small part there) without enough samples takes the nearest long
+//         bin's (a size not seen yet); a short bin the lower of its own and the shortest long bin's:
+//         a front end not learned yet is in the short bins' m_b too (F, above: 20 ms on 7.5 ms
+//         prefills read as 3.6x), and a profile may miss the long prefills only. k is 1 at every size
+//         while no long bin has one. F's residuals are taken at k (at the profile's, a pool 2.5x slow
+//         read them at 30-450 ms by the prompt's size, which hid the front end). As a whole answer's expected first token
+//         (expected_prefill) already was, a first token is then expected at what the pool's prefills of
+//         that size took. Per size, not one factor: a profile may miss long prefills only. Only the TTFT
+//         (the cost's ttft_ms, the lost cause's and shedding's time alone): the decode terms have the
+//         ITL calibration (the SLO, below). On fleetsim's default profile every bin's k is 1 (the
+//         committed rows unchanged); on the 70B the median TTFT got / expected came to ~1.0-1.3
+//         (bench/results/README.md, round 44).
 //   The default (decode_price 2, SLO-priced): decode, the slowdown of the batch and the stall of the
 //   decoders are priced by the expected lag behind the ITL SLO's pace, the ITL being uncertain; the
 //   TTFT terms stay in plain ms. The goodput SLO and the TTFT percentile are what is measured: a token
@@ -432,7 +455,7 @@
 // them to the service's own). decode_price 2 (SLO-priced, above), eviction_price 1 (0: evictions are not
 // priced), decode_bound_price 1 (the work price, above; 0: off), miss_price 0.25 (the SLO, above; 0: the hard tier),
 // shed 2 (shedding, above; 1: only where the request itself misses; 0: off), itl_calibration 1 (the SLO,
-// above; 0: off), lost_causes 1 (the SLO, above; 0: off), engine_itl 1 (pace, above; 0: off), frontend_ms -1 (F, above: learned; >= 0: fixed). Policy knobs: kv_risk_start 0.8, queue_limit 64,
+// above; 0: off), lost_causes 1 (the SLO, above; 0: off), engine_itl 1 (pace, above; 0: off), pool_pace 1 (k, above; 0: off), frontend_ms -1 (F, above: learned; >= 0: fixed). Policy knobs: kv_risk_start 0.8, queue_limit 64,
 // adapter_load_ms 30, adapter_wait_ms 200, max_output_tokens 2048 (cap on O), default_output_tokens
 // 256 (O when the request gives no bound), mean_prompt_tokens 512 (initial mean prompt),
 // max_prefix_blocks 8192. All are policy_params of the same name.
@@ -470,6 +493,10 @@ struct SluiceParams {
   double engine_itl = 1;          // 1: the engines' reported ITL is a sample of their pace (pace, above); 0: off
   double frontend_ms = -1;        // F (above): < 0 learned (the default), >= 0 that, fixed
   double front_end_ms = 0;        // F in use in ttft_ms (SluicePolicy sets it: frontend_ms, or learned)
+  double pool_pace = 1;           // 1: the pool's own prefill pace, against the profile's, is learned (k, above); 0: off
+  // k in use in ttft_ms, one per doubling of the scheduled TTFT's ms (SluicePolicy sets it: the pool's
+  // own pace; null: 1 at every size).
+  const double* ttft_factors = nullptr;
   double shed = 2;                // refuse requests that would miss the SLO everywhere because of load, or where
                                   // admitting costs the batch more than it gains (1: only the former; 0: off)
   static SluiceParams from(PolicyParams& p);
@@ -536,6 +563,8 @@ using CachedTokensOracle = std::function<int64_t(size_t endpoint, const PickRequ
 class SluicePolicy : public Policy {
  public:
   SluicePolicy(SluiceParams params, PoolKind kind);
+  SluicePolicy(const SluicePolicy&) = delete;  // params_.ttft_factors points into ttft_factors_
+  SluicePolicy& operator=(const SluicePolicy&) = delete;
   std::string_view name() const override { return "sluice"; }
   void rank(const PickRequest& req, std::span<const EndpointView> endpoints, Time now,
             std::vector<Candidate>& out) override;
@@ -651,6 +680,12 @@ class SluicePolicy : public Policy {
   static constexpr size_t kPaceCells = 4 * kPaceBins;
   static_assert(kPaceCells <= 64);
 
+  // k counts only past this (header): the profile's own TTFT estimate on its own engines falls
+  // within 0.77-1.26 of the TTFT got (p10-p90; bench/results/README.md, round 43).
+  static constexpr double kPoolPaceTolerance = 1.25;
+  // The long prefill bins (the profile's 64 ms and up, ~2,500 uncached tokens on its own), where an
+  // engine front end of up to ~30 ms is a small part of the time (header, k).
+  static constexpr size_t kPoolPaceMinBin = 6;
   static constexpr double kPaceKeep = 1.0 - 1.0 / 64;  // an endpoint's samples decay per sample: ~64
   // An endpoint's evidence fades with this time constant since its last sample (pace_bounds): a
   // GPU's pace is its hardware's, and what changes it (clocks throttled, a neighbour on the host)
@@ -685,6 +720,9 @@ class SluicePolicy : public Policy {
   static double with_prior_variance(double w, double var) { return (w * var + 0.25) / (w + 1); }
   std::vector<Pace> pace_;
   std::array<double, kPaceCells> bin_effect_{};  // m_b
+  std::array<double, kPaceBins> ttft_factors_{};  // k per prefill bin (header; params_.ttft_factors)
+  void refresh_ttft_factors();
+  double ttft_factor_of(const Eval& e, double pace) const;
   uint64_t pace_bins_used_ = 0;  // the cells any endpoint has a sample in (bit b: cell b)
   Time pace_refreshed_{};
   double pace_factor(const Pace& q) const;

@@ -323,6 +323,80 @@ TEST(SluicePolicy, TheEnginesFrontEndIsLearnedFromIdleHeadsAtTheirDispatch) {
   }
 }
 
+// k (header): a pool whose engines all run slower than the profile (a larger model than the
+// profile's, a slower GPU) has its first tokens expected at its own prefill pace for their size;
+// within the profile's own error (1.25x), and on a fleet whose fastest replicas run at the
+// profile's pace, k is 1.
+TEST(SluicePolicy, FirstTokensAreExpectedAtThePoolsOwnPrefillPace) {
+  PrefillSample small, large;
+  small.tokens = 200;
+  small.pairs = 200.0 * 100.0;
+  const double small_ms = 2 + 5.5 + 1.5e-6 * small.pairs;  // one step under the weight floor
+  large.tokens = 4000;
+  large.pairs = 4000.0 * 2000.0;
+  const double large_ms = 2 + 0.022 * 4000 + 1.5e-6 * large.pairs;
+  // Every endpoint's prefills at `pool` x the profile's (x `slow` on endpoints 2 and 3; the large
+  // ones x `large_too` more), +-10%.
+  const auto feed = [&](SluicePolicy& p, double pool, double slow, double large_too) {
+    for (int i = 0; i < 300; ++i) {
+      const Time t{std::chrono::milliseconds(100 * i)};
+      for (size_t e = 0; e < 4; ++e) {
+        const double f = pool * (e < 2 ? 1.0 : slow) * (i % 2 ? 1.1 : 0.9);
+        small.elapsed_ms = f * small_ms;
+        large.elapsed_ms = f * large_too * large_ms;
+        p.on_prefill_done(e, small, t);
+        p.on_prefill_done(e, large, t);
+      }
+      explain_idle(p, 4, t);
+    }
+  };
+  const Time end{std::chrono::seconds(30)};
+  const auto fresh = [] { return std::make_unique<SluicePolicy>(SluiceParams{}, PoolKind::chat); };
+  const double ttft0 = term_of(explain_idle(*fresh(), 1), 0, "ttft_ms");  // (no F: none at dispatch)
+
+  auto slower = fresh();
+  feed(*slower, 2.5, 1.0, 1.0);
+  auto ex = explain_idle(*slower, 4, end);
+  const double k = term_of(ex, 0, "ttft_factor");
+  EXPECT_GT(k, 2.2);  // (less two standard errors)
+  EXPECT_LE(k, 2.5);
+  EXPECT_NEAR(term_of(ex, 0, "ttft_ms"), k * ttft0, 1e-9 * ttft0);  // a size between the two seen: the nearer's
+  EXPECT_DOUBLE_EQ(term_of(ex, 0, "pace"), 1.0);  // (the replicas' speeds against each other: alike)
+  // A whole answer's first token: the bins', as before (not k twice).
+  EXPECT_NEAR(slower->expected_prefill(0, large).ms, 2.5 * large_ms, 0.1 * large_ms);
+
+  // Only the long prefills slower than the profile (the short ones as it says): the short TTFTs keep it.
+  auto long_only = fresh();
+  feed(*long_only, 1.0, 1.0, 2.0);
+  ex = explain_idle(*long_only, 4, end);
+  SluicePolicy& lp = *long_only;
+  FakePool pool(4);
+  auto views = pool.views();
+  std::vector<Explanation> short_ex;
+  lp.explain(testing::chat(prompt('a', 400), 100), views, end, short_ex);
+  EXPECT_EQ(term_of(short_ex, 0, "ttft_factor"), 1.0);
+  std::vector<Explanation> long_ex;
+  lp.explain(testing::chat(prompt('a', 16000), 4000), views, end, long_ex);
+  EXPECT_GT(term_of(long_ex, 0, "ttft_factor"), 1.7);
+
+  auto half_slow = fresh();  // the fastest at the profile's pace: k 1, the slow ones' factor 2
+  feed(*half_slow, 1.0, 2.0, 1.0);
+  ex = explain_idle(*half_slow, 4, end);
+  EXPECT_EQ(term_of(ex, 0, "ttft_factor"), 1.0);
+  EXPECT_EQ(term_of(ex, 0, "ttft_ms"), ttft0);
+  EXPECT_NEAR(term_of(ex, 2, "pace"), 2.0, 0.25);
+
+  auto near = fresh();  // within the profile's own error
+  feed(*near, 1.15, 1.0, 1.0);
+  EXPECT_EQ(term_of(explain_idle(*near, 4, end), 0, "ttft_ms"), ttft0);
+
+  SluiceParams off;
+  off.pool_pace = 0;
+  SluicePolicy without(off, PoolKind::chat);
+  feed(without, 2.5, 1.0, 1.0);
+  EXPECT_EQ(term_of(explain_idle(without, 4, end), 0, "ttft_ms"), ttft0);
+}
+
 TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
   SluicePolicy p({}, PoolKind::chat);
   PrefillSample small, large;
