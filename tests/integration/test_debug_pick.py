@@ -134,32 +134,35 @@ class TtftEstimate(unittest.TestCase):
             self.assertLessEqual(median, 1.25 if fleet.SANITIZED_SLOWDOWN == 1 else 1.5)
 
 
-    def test_a_pool_slower_than_the_profile_has_its_first_tokens_expected_at_its_own_pace(self):
+    def test_on_a_pool_slower_than_the_profile_the_estimates_hold(self):
         """`sluice sim --profile llama-3-70b-tp4`: engines ~2.5x slower than the picker's default
-        step-time model (an 8B's), and nothing configured about it. The picker learns the pool's own
-        prefill pace from the requests' first tokens (/debug/pick's ttft_factor, k) and expects first
-        tokens at it: the median of sluice_ttft_estimate_ratio stays in a bucket of 1.5 or under (at
-        the profile's alone it reads ~2; pool_pace 0)."""
+        step-time model (an 8B's), its 20 ms front end, and nothing configured about either. What
+        the picker learns from the requests' first tokens (the front end F, the pool's own prefill
+        pace k per size: /debug/pick's frontend_ms and ttft_factor) keeps the median of
+        sluice_ttft_estimate_ratio within the alert's band (SluiceTtftEstimateOff: 0.67-1.5); at the
+        profile's times alone it would read ~2.5 for prefills, less the front end's share."""
         import random
         with fleet.gateway_over_sim(SLUICE, 2, sim_args=("--profile", "llama-3-70b-tp4")) as (listen, admin):
             rng = random.Random(12)
             statuses = fleet.streams_open_loop(listen, 0, 60, 4.0, rng)  # learning
-            factor = ttft_factor(admin)
-            self.assertGreater(factor, 1.3, "the pool's own prefill pace not learned")  # (1 without it)
-            self.assertLessEqual(factor, 4.0)
+            terms = pick_terms(admin)
+            self.assertTrue(terms["frontend_ms"] > 12 or terms["ttft_factor"] > 1.25,
+                            f"neither the front end nor the pool's pace learned: {terms}")
+            self.assertLessEqual(terms["ttft_factor"], 4.0)
             before = ratio_buckets(admin)
             statuses += fleet.streams_open_loop(listen, 60, 60, 4.0, rng)
             median, count = median_bucket(before, ratio_buckets(admin))
             self.assertEqual(statuses, [200] * 120)
             self.assertEqual(count, 60)
             self.assertGreaterEqual(median, 0.8)
+            # (Under the sanitizers the gateway's and the sim's own handling add to every TTFT.)
             self.assertLessEqual(median, 1.5 if fleet.SANITIZED_SLOWDOWN == 1 else 2.0)
 
 
-def ttft_factor(admin):
-    """The k the sluice policy applies to a 4,000-word prompt's first token (/debug/pick)."""
-    probe = json.dumps({"model": fleet.MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "x " * 4000}]})
-    return json.loads(fleet.http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]["terms"]["ttft_factor"]
+def pick_terms(admin):
+    """The sluice policy's terms for a 400-word prompt on its best candidate (/debug/pick)."""
+    probe = json.dumps({"model": fleet.MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "x " * 400}]})
+    return json.loads(fleet.http_req(admin, "POST", "/debug/pick", probe)[1])["candidates"][0]["terms"]
 
 
 class RoutingHeaders(unittest.TestCase):

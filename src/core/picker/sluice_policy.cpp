@@ -781,10 +781,10 @@ void SluicePolicy::on_prefill_done(size_t endpoint, const PrefillSample& s, Time
     // error times the model's ms to the residual (a half-slow fleet's slow replicas, idle first and
     // priced as fast until their pace is learned, read F at 80-800 ms in fleetsim: cost mix, KV
     // pressure, agent sessions, tool agent at 8 and 32 replicas).
-    // At the pool's own prefill pace for its size (k, header): at the profile's, on a pool 2.5x slow
-    // the residuals spread over 30-450 ms by the prompt's size and hid the front end.
+    // (At the profile's times, not k's: k is read off the same short prefills, and would take the
+    // front end for a slower pool.)
     if (s.decoding == 0 && !s.mid_step && s.behind == 0 && at_fastest_pace(endpoint))
-      note_frontend(endpoint, elapsed - model * pace_of(endpoint) * (params_.ttft_factors ? params_.ttft_factors[ms_doubling(model)] : 1.0));
+      note_frontend(endpoint, elapsed - model * pace_of(endpoint));
     elapsed -= params_.front_end_ms;
     if (!(elapsed > 0)) return;
   }
@@ -1062,9 +1062,9 @@ void SluicePolicy::choose_fastest() {
 }
 
 // k (header): per prefill bin with 8 samples or more over the endpoints, log k = m_b + the fastest
-// endpoint's a_e less two of its standard errors, counted past kPoolPaceTolerance only, in [1, 4]. A
-// long bin (kPoolPaceMinBin and up) without its own takes the nearest long bin's; a short bin the
-// lower of its own (where it has one) and the shortest long bin's, 1 while no long bin has one.
+// endpoint's a_e less two of its standard errors, counted past kPoolPaceTolerance only, in [1, 4]; a
+// bin with fewer takes the nearest such bin's (the shorter on a tie); 1 at every size while none is
+// past it.
 void SluicePolicy::refresh_ttft_factors() {
   params_.ttft_factors = nullptr;
   ttft_factors_.fill(1.0);
@@ -1072,39 +1072,27 @@ void SluicePolicy::refresh_ttft_factors() {
   const double at_least = std::log(kPoolPaceTolerance) + 2.0 * pace_fastest_.se - pace_fastest_.log_r;
   std::array<double, kPaceBins> own;
   own.fill(-1.0);  // < 0: too few samples
+  bool any = false;
   for (uint64_t m = pace_bins_used_ & ((uint64_t{1} << kPaceBins) - 1); m != 0; m &= m - 1) {
     const size_t b = static_cast<size_t>(std::countr_zero(m));
     double n = 0;
     for (const Pace& q : pace_) n += q.cells[b].n;
     if (n < 8) continue;
-    own[b] = bin_effect_[b] > at_least ? std::min(4.0, std::exp(bin_effect_[b] + pace_fastest_.log_r - 2.0 * pace_fastest_.se)) : 1.0;
+    own[b] = 1.0;
+    if (!(bin_effect_[b] > at_least)) continue;
+    own[b] = std::min(4.0, std::exp(bin_effect_[b] + pace_fastest_.log_r - 2.0 * pace_fastest_.se));
+    any = true;
   }
-  // The long bins: their own, else the nearest long bin's (the shorter on a tie).
-  size_t shortest = kPaceBins;  // the shortest long bin with its own k
-  for (size_t b = kPoolPaceMinBin; b < kPaceBins; ++b)
-    if (own[b] >= 0) {
-      shortest = b;
-      break;
-    }
-  if (shortest == kPaceBins) return;  // no long prefill seen enough: 1 at every size
-  bool any = false;
-  for (size_t b = kPoolPaceMinBin; b < kPaceBins; ++b) {
+  if (!any) return;
+  for (size_t b = 0; b < kPaceBins; ++b) {
     double k = own[b];
     for (size_t d = 1; k < 0 && d < kPaceBins; ++d) {
-      if (b >= kPoolPaceMinBin + d && own[b - d] >= 0) k = own[b - d];
+      if (b >= d && own[b - d] >= 0) k = own[b - d];
       else if (b + d < kPaceBins && own[b + d] >= 0) k = own[b + d];
     }
     ttft_factors_[b] = k;
-    any |= k != 1.0;
   }
-  // The short bins: a front end not learned yet is in their m_b too (20 ms on 7.5 ms prefills read
-  // as 3.6x), so at most the long prefills' pace; and at most their own (a profile that misses the
-  // long prefills only).
-  for (size_t b = 0; b < kPoolPaceMinBin; ++b) {
-    ttft_factors_[b] = own[b] >= 0 ? std::min(own[b], ttft_factors_[shortest]) : ttft_factors_[shortest];
-    any |= ttft_factors_[b] != 1.0;
-  }
-  if (any) params_.ttft_factors = ttft_factors_.data();
+  params_.ttft_factors = ttft_factors_.data();
 }
 
 // The k an evaluation's TTFT was priced at (explain): the bin of its scheduled part at its pace.

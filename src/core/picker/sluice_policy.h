@@ -137,13 +137,14 @@
 //         Per doubling of the scheduled ms (the bins' own), where the bin has 8 samples or more:
 //         log k = m_b + the fastest endpoint's a_e, less two of its standard errors, counted past log
 //         1.25 only (the profile's own estimate on its own engines falls within 0.77-1.26 of the TTFT
-//         got, p10-p90: there k is 1), in [1, 4]. A long bin (the profile's 64 ms and up: an engine
-//         front end of ~30 ms is a small part there) without enough samples takes the nearest long
-//         bin's (a size not seen yet); a short bin the lower of its own and the shortest long bin's:
-//         a front end not learned yet is in the short bins' m_b too (F, above: 20 ms on 7.5 ms
-//         prefills read as 3.6x), and a profile may miss the long prefills only. k is 1 at every size
-//         while no long bin has one. F's residuals are taken at k (at the profile's, a pool 2.5x slow
-//         read them at 30-450 ms by the prompt's size, which hid the front end). As a whole answer's expected first token
+//         got, p10-p90: there k is 1), in [1, 4]; a bin with fewer samples takes the nearest such
+//         bin's (a size not seen yet); k is 1 at every size while no bin's is past 1.25. F's residuals
+//         stay at the profile's times: k is read off the same prefills, and an engine front end not
+//         learned yet is in the short bins (20 ms on 7.5 ms prefills reads as 3.6x) until F is, and
+//         the at-dispatch samples have it taken off (a 3.6x k on short prompts meanwhile: tens of ms).
+//         (Reading k off the long bins only, the profile's 64 ms and up, and F's residuals at k: on
+//         fleetsim's 70B the hot prefix and the tool agent kept k 1, their few long prefills too few
+//         samples, and the estimate 2x short.) As a whole answer's expected first token
 //         (expected_prefill) already was, a first token is then expected at what the pool's prefills of
 //         that size took. Per size, not one factor: a profile may miss long prefills only. Only the TTFT
 //         (the cost's ttft_ms, the lost cause's and shedding's time alone): the decode terms have the
@@ -683,9 +684,6 @@ class SluicePolicy : public Policy {
   // k counts only past this (header): the profile's own TTFT estimate on its own engines falls
   // within 0.77-1.26 of the TTFT got (p10-p90; bench/results/README.md, round 43).
   static constexpr double kPoolPaceTolerance = 1.25;
-  // The long prefill bins (the profile's 64 ms and up, ~2,500 uncached tokens on its own), where an
-  // engine front end of up to ~30 ms is a small part of the time (header, k).
-  static constexpr size_t kPoolPaceMinBin = 6;
   static constexpr double kPaceKeep = 1.0 - 1.0 / 64;  // an endpoint's samples decay per sample: ~64
   // An endpoint's evidence fades with this time constant since its last sample (pace_bounds): a
   // GPU's pace is its hardware's, and what changes it (clocks throttled, a neighbour on the host)
