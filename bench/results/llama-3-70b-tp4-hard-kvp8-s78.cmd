@@ -1,1 +1,1 @@
-sluice fleetsim --seed 78 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 6,10,15,20,30 --requests 3000 --workload kv_pressure,prefixes=1200 --kv-blocks 12000 --profile llama-3-70b-tp4   # source: d8c48dc2
+sluice fleetsim --seed 78 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 6,10,15,20,30 --requests 3000 --workload kv_pressure,prefixes=1200 --kv-blocks 12000 --profile llama-3-70b-tp4   # source: 364939a8

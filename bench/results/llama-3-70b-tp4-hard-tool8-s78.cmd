@@ -1,1 +1,1 @@
-sluice fleetsim --seed 78 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 1,2,4,6,8 --requests 3000 --workload tool_agent --profile llama-3-70b-tp4   # source: d8c48dc2
+sluice fleetsim --seed 78 --policy round_robin,random,least_request,power_of_two,cache_aware,llmd_default,sluice --replicas 8 --rates 1,2,4,6,8 --requests 3000 --workload tool_agent --profile llama-3-70b-tp4   # source: 364939a8
