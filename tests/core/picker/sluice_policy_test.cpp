@@ -35,6 +35,19 @@ std::vector<Explanation> explain_idle(SluicePolicy& p, size_t n, Time at = Time{
   return ex;
 }
 
+// Two prefills of a size each, and the profile's ms for them: 200 tokens (one step under the weight
+// floor) and 4,000.
+constexpr double kSmallPrefillMs = 2 + 5.5 + 1.5e-6 * 200.0 * 100.0;
+constexpr double kLargePrefillMs = 2 + 0.022 * 4000 + 1.5e-6 * 4000.0 * 2000.0;
+std::pair<PrefillSample, PrefillSample> sized_prefills() {
+  PrefillSample small, large;
+  small.tokens = 200;
+  small.pairs = 200.0 * 100.0;
+  large.tokens = 4000;
+  large.pairs = 4000.0 * 2000.0;
+  return {small, large};
+}
+
 // The copy credit's holder: endpoint 0 decodes 60 sequences of 6,000-token contexts, 100 tokens each left.
 void load_holder(FakePool& pool) {
   pool.loads[0].in_flight = 60;
@@ -328,13 +341,8 @@ TEST(SluicePolicy, TheEnginesFrontEndIsLearnedFromIdleHeadsAtTheirDispatch) {
 // within the profile's own error (1.25x), and on a fleet whose fastest replicas run at the
 // profile's pace, k is 1.
 TEST(SluicePolicy, FirstTokensAreExpectedAtThePoolsOwnPrefillPace) {
-  PrefillSample small, large;
-  small.tokens = 200;
-  small.pairs = 200.0 * 100.0;
-  const double small_ms = 2 + 5.5 + 1.5e-6 * small.pairs;  // one step under the weight floor
-  large.tokens = 4000;
-  large.pairs = 4000.0 * 2000.0;
-  const double large_ms = 2 + 0.022 * 4000 + 1.5e-6 * large.pairs;
+  PrefillSample small = sized_prefills().first, large = sized_prefills().second;  // (clang 14: no structured bindings in lambdas)
+  const double small_ms = kSmallPrefillMs, large_ms = kLargePrefillMs;
   // Every endpoint's prefills at `pool` x the profile's (x `slow` on endpoints 2 and 3; the large
   // ones x `large_too` more), +-10%.
   const auto feed = [&](SluicePolicy& p, double pool, double slow, double large_too) {
@@ -399,13 +407,8 @@ TEST(SluicePolicy, FirstTokensAreExpectedAtThePoolsOwnPrefillPace) {
 
 TEST(SluicePolicy, ThePaceIsToldApartFromTheSizesAnEndpointGets) {
   SluicePolicy p({}, PoolKind::chat);
-  PrefillSample small, large;
-  small.tokens = 200;
-  small.pairs = 200.0 * 100.0;
-  const double small_ms = 2 + 5.5 + 1.5e-6 * small.pairs;  // one step under the weight floor
-  large.tokens = 4000;
-  large.pairs = 4000.0 * 2000.0;
-  const double large_ms = 2 + 0.022 * 4000 + 1.5e-6 * large.pairs;
+  PrefillSample small = sized_prefills().first, large = sized_prefills().second;  // (clang 14: no structured bindings in lambdas)
+  const double small_ms = kSmallPrefillMs, large_ms = kLargePrefillMs;
   for (int i = 0; i < 200; ++i) {
     for (size_t e = 0; e < 4; ++e) {
       small.elapsed_ms = (e < 2 ? 1.0 : 2.0) * small_ms * (i % 2 ? 1.1 : 0.9);
