@@ -121,12 +121,14 @@ struct Duty {
   const double in_progress = D > 0 ? 0.5 * step_ms(p, D, in.kv_read) : 0.0;
   return in_progress + prefill_steps_ms(p, in, U, queue_tokens, queue_pairs);
 }
-// A doubling of a duration's ms: floor(log2 ms) for ms >= 1 (0 below), at most 15, from its
-// exponent's bits (no log2 on the picker's path). SluicePolicy::pace_bin's bins.
+// A doubling of a duration's ms: floor(log2 ms) for ms >= 1 (0 below), at most kDoublings - 1, from
+// its exponent's bits (no log2 on the picker's path). The pace's bins (SluicePolicy::pace_bin) and
+// k's (ttft_of) are these.
+constexpr size_t kDoublings = 16;
 [[gnu::always_inline]] inline size_t ms_doubling(double ms) {
   if (!(ms >= 1.0)) return 0;
   const auto e = static_cast<int64_t>((std::bit_cast<uint64_t>(ms) >> 52) & 0x7ff) - 1023;
-  return static_cast<size_t>(std::min<int64_t>(e, 15));
+  return static_cast<size_t>(std::min<int64_t>(e, kDoublings - 1));
 }
 // From its dispatch: the engine's front end first, then its scheduled part at the pool's own
 // prefill pace for its size (k, header).
@@ -942,7 +944,8 @@ std::pair<double, double> SluicePolicy::prefill_model(const PrefillSample& s) co
 
 // A bin per doubling of the modelled ms.
 size_t SluicePolicy::pace_bin(double model_ms) {
-  return static_cast<size_t>(std::clamp(std::floor(std::log2(std::max(1.0, model_ms))), 0.0, double(kPaceBins - 1)));
+  static_assert(kPaceBins == kDoublings);
+  return ms_doubling(model_ms);
 }
 
 // A whole answer's expected first token (PoolRouter): the profile's ms, times what prefills of that
